@@ -1,0 +1,34 @@
+# The project's commands. `make demo` and `make test` set everything up on a fresh machine.
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: demo test bootstrap lint testbed-up testbed-down bench clean
+
+demo: bootstrap
+	$(VENV)/bin/heterotrain demo
+
+test: bootstrap lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bootstrap:
+	bash testbed/bootstrap.sh
+
+lint:
+	$(VENV)/bin/ruff check operator trainer_image tests bench
+	$(VENV)/bin/ruff format --check operator trainer_image tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+testbed-up: bootstrap
+	$(VENV)/bin/heterotrain testbed up
+
+testbed-down:
+	$(VENV)/bin/heterotrain testbed down
+
+bench: bootstrap
+	$(PY) bench/planner.py
+	$(PY) bench/runtime_balance.py
+
+clean:
+	rm -rf demo-output .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,22 @@
+"""The `heterotrain` command: one typer app assembled from small command groups."""
+
+from __future__ import annotations
+
+import typer
+
+from hetero_operator.cli import demo, plan, runtime, testbed
+
+app = typer.Typer(
+    name="heterotrain",
+    help="Train on heterogeneous GPU pools: test bed, planner, worker runtime and operator.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(testbed.app, name="testbed")
+app.add_typer(plan.app, name="plan")
+runtime.register(app)
+app.command("demo")(demo.demo)
+
+
+def main() -> None:
+    app()

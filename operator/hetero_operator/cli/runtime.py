@@ -1,0 +1,100 @@
+"""Worker-side commands (`heterotrain worker`, `heterotrain run-local`); torch is imported lazily."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hetero_operator.plan import Strategy
+
+console = Console(stderr=True)
+
+
+def worker(
+    example: Annotated[
+        str, typer.Argument(help="Bundled example (digits, tiny_lm), module with main(), or script.py")
+    ],
+) -> None:
+    """Run one worker of a job; rank, world and plan location come from the environment."""
+    from hetero_runtime.worker import run_worker
+
+    run_worker(example)
+
+
+def run_local(
+    example: Annotated[
+        str, typer.Argument(help="Bundled example (digits, tiny_lm), module with main(), or script.py")
+    ],
+    workers: Annotated[int, typer.Option(min=1, help="Number of worker processes.")] = 3,
+    speeds: Annotated[str, typer.Option(help="Simulated speed per worker, e.g. 1,0.5,0.25.")] = "",
+    strategy: Annotated[Strategy, typer.Option(help="Training strategy.")] = Strategy.DATA,
+    epochs: Annotated[int | None, typer.Option(min=1, help="Epochs (default: the example's).")] = None,
+    global_batch: Annotated[int, typer.Option(min=1, help="Global batch size.")] = 64,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Plan, checkpoints, logs, results (default: a temp dir).")
+    ] = None,
+    max_restarts: Annotated[int, typer.Option(min=0, help="Restarts from checkpoint after a failure.")] = 2,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 3600.0,
+) -> None:
+    """Run a whole job on this machine: one process per worker on loopback (gloo)."""
+    from hetero_runtime.local import LocalJob, LocalJobSpec, example_layer_costs, initial_plan, parse_speeds
+
+    try:
+        speed_list = parse_speeds(speeds or ",".join(["1"] * workers), workers)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--speeds") from None
+    directory = work_dir or Path(tempfile.mkdtemp(prefix="heterotrain-local-"))
+    costs = example_layer_costs(example) if strategy == Strategy.HETPIPE else None
+    plan = initial_plan(strategy, speed_list, global_batch, layer_costs=costs)
+    spec = LocalJobSpec(
+        target=example,
+        speeds=speed_list,
+        work_dir=directory,
+        plan=plan,
+        epochs=epochs,
+        max_restarts=max_restarts,
+    )
+    console.print(
+        f"[bold]{example}[/]: {workers} workers, strategy [cyan]{strategy.value}[/], simulated speeds "
+        f"{speed_list}, local batches {plan.local_batches}; files in {directory}"
+    )
+    with Progress(
+        TextColumn("[bold blue]epoch"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("starting", total=epochs)
+
+        def show(update: dict[str, Any]) -> None:
+            metrics = " ".join(f"{k}={v:.4f}" for k, v in update.get("evaluation", {}).items())
+            progress.update(
+                task,
+                completed=update["epoch"],
+                total=update["epochs"],
+                description=f"loss={update['loss']:.4f} {metrics} plan=v{update['plan_version']}",
+            )
+
+        job = LocalJob(spec, on_progress=show)
+        job.start()
+        code = job.wait(timeout)
+    if code != 0:
+        console.print(f"[red]job failed[/] (exit {code}); worker logs in {directory / 'logs'}")
+        raise typer.Exit(code)
+    final = job.results()[0]["final_evaluation"]
+    console.print(
+        f"[green]done[/]: {final} after {job.restarts} restart(s); results in {directory / 'results'}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the runtime commands to the top-level app."""
+    app.command("worker")(worker)
+    app.command("run-local")(run_local)

@@ -1,0 +1,49 @@
+"""Names, labels and annotations the operator puts on the objects it owns."""
+
+from __future__ import annotations
+
+GROUP = "heterotrain.io"
+FINALIZER = f"{GROUP}/cleanup"
+
+LABEL_JOB = f"{GROUP}/job"
+LABEL_RANK = f"{GROUP}/rank"
+LABEL_GENERATION = f"{GROUP}/generation"
+LABEL_GPU_CLASS = f"{GROUP}/gpu-class"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "heterotrain-operator"
+
+CHECKPOINT_REQUESTED_ANNOTATION = f"{GROUP}/checkpoint-requested"
+"""Set on worker pods (an ISO-8601 time) when they should save a checkpoint before being stopped."""
+
+WORKER_CONTAINER = "worker"
+PLAN_MOUNT_DIR = "/etc/heterotrain/plan"
+DEFAULT_MASTER_PORT = 29500
+MAX_JOB_NAME_LENGTH = 52
+"""A job's name becomes its headless Service name (a DNS label of at most 63 characters) and the
+prefix of its pod names; 52 leaves room for the suffixes."""
+
+
+def pod_name(job: str, generation: int, rank: int) -> str:
+    """Deterministic worker pod name: a repeated reconcile creates the same pod, never a second one."""
+    return f"{job}-g{generation}-w{rank}"
+
+
+def pod_hostname(generation: int, rank: int) -> str:
+    return f"g{generation}-w{rank}"
+
+
+def service_name(job: str) -> str:
+    return job
+
+
+def plan_config_map_name(job: str) -> str:
+    return f"{job}-plan"
+
+
+def checkpoint_claim_name(job: str) -> str:
+    return f"{job}-checkpoint"
+
+
+def job_selector(job: str) -> str:
+    """Label selector of every object the operator created for one job."""
+    return f"{LABEL_JOB}={job}"

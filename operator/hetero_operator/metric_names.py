@@ -1,0 +1,59 @@
+"""Names of the metrics every worker exports: one source for the exporter, PromQL and dashboards.
+
+Histograms are exported by prometheus-client as ``NAME_bucket``, ``NAME_sum`` and ``NAME_count``;
+counters as ``NAME_total``. Use the ``*_TOTAL`` / ``*_SUM`` / ``*_COUNT`` helpers in queries.
+"""
+
+from __future__ import annotations
+
+# Label names. The job label is not called "job": Prometheus sets its own ``job`` label on every
+# scraped target and would rename ours to ``exported_job``.
+LABEL_JOB = "heterotrain_job"
+LABEL_RANK = "rank"
+LABEL_GPU_CLASS = "gpu_class"
+WORKER_LABELS: tuple[str, str, str] = (LABEL_JOB, LABEL_RANK, LABEL_GPU_CLASS)
+
+# Per step, seconds (histograms).
+STEP_COMPUTE_SECONDS = "heterotrain_worker_step_compute_seconds"
+"""Forward + backward (+ local update) time of one step, including any simulated slowdown."""
+STEP_SYNC_START_SECONDS = "heterotrain_worker_step_sync_start_seconds"
+"""From step start until this rank's first synchronisation is launched (Cannikin's syncStart)."""
+STEP_COMM_SECONDS = "heterotrain_worker_step_comm_seconds"
+"""Time this rank spends in synchronisation per step (waiting for peers included)."""
+STEP_SECONDS = "heterotrain_worker_step_seconds"
+"""Wall time of one whole step."""
+
+# Gauges.
+LOCAL_BATCH = "heterotrain_worker_local_batch_size"
+EPOCH = "heterotrain_worker_epoch"
+LOSS = "heterotrain_worker_loss"
+PLAN_VERSION = "heterotrain_worker_plan_version"
+SIMULATED_SPEED = "heterotrain_worker_simulated_speed"
+"""1.0 on real hardware; the HETEROTRAIN_SIMULATED_SPEED factor when compute is stretched."""
+LOCAL_STEPS = "heterotrain_worker_local_steps_per_round"
+"""Local steps in the last round (esync); 1 for the synchronous strategies."""
+GRADIENT_NOISE_SCALE = "heterotrain_worker_gradient_noise_scale"
+"""Latest B_noise = S/G estimate (data strategy, rank 0 only)."""
+
+# Counters (exported with a ``_total`` suffix).
+SAMPLES = "heterotrain_worker_samples"
+STEPS = "heterotrain_worker_steps"
+
+# Worker environment that sets the labels and the metrics port.
+METRICS_PORT_ENV = "HETEROTRAIN_METRICS_PORT"
+JOB_NAME_ENV = "HETEROTRAIN_JOB_NAME"
+GPU_CLASS_ENV = "HETEROTRAIN_GPU_CLASS"
+DEFAULT_METRICS_PORT = 9400
+
+
+def total(counter: str) -> str:
+    """Exported name of a counter."""
+    return f"{counter}_total"
+
+
+def histogram_sum(histogram: str) -> str:
+    return f"{histogram}_sum"
+
+
+def histogram_count(histogram: str) -> str:
+    return f"{histogram}_count"

@@ -1,0 +1,74 @@
+"""The `heterotrain.io/v1alpha1` API: pydantic models that are the single source of truth for the CRDs.
+
+Import-light (pydantic only), so the runtime and the planner may use these models too.
+"""
+
+from hetero_operator.resources.base import API_VERSION, GROUP, VERSION, CelRule, InvalidResourceError
+from hetero_operator.resources.gpuclass import GPUClassSpec, GPUClassStatus
+from hetero_operator.resources.job_spec import (
+    Batch,
+    Checkpoint,
+    EnvVar,
+    GpuRange,
+    HeteroTrainJobSpec,
+    Rebalance,
+    RestartPolicy,
+)
+from hetero_operator.resources.job_status import (
+    Allocation,
+    Condition,
+    ConditionStatus,
+    HeteroTrainJobStatus,
+    Phase,
+    Plan,
+    Progress,
+    RebalanceRecord,
+    WorkerAllocation,
+)
+from hetero_operator.resources.objects import GPUClass, HeteroTrainJob
+from hetero_operator.resources.parallelism import (
+    AllocationPolicy,
+    CostModel,
+    DreamDDPParameters,
+    ESyncParameters,
+    HetPipeParameters,
+    Parallelism,
+    SESGDParameters,
+    Strategy,
+)
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "VERSION",
+    "Allocation",
+    "AllocationPolicy",
+    "Batch",
+    "CelRule",
+    "Checkpoint",
+    "Condition",
+    "ConditionStatus",
+    "CostModel",
+    "DreamDDPParameters",
+    "ESyncParameters",
+    "EnvVar",
+    "GPUClass",
+    "GPUClassSpec",
+    "GPUClassStatus",
+    "GpuRange",
+    "HetPipeParameters",
+    "HeteroTrainJob",
+    "HeteroTrainJobSpec",
+    "HeteroTrainJobStatus",
+    "InvalidResourceError",
+    "Parallelism",
+    "Phase",
+    "Plan",
+    "Progress",
+    "Rebalance",
+    "RebalanceRecord",
+    "RestartPolicy",
+    "SESGDParameters",
+    "Strategy",
+    "WorkerAllocation",
+]

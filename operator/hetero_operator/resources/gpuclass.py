@@ -1,0 +1,68 @@
+"""`GPUClass` (cluster-scoped): a kind of GPU, the nodes that have it, and a prior on its speed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints
+
+from hetero_operator.resources.base import MAX_NAME_LENGTH, LabelValue, WireModel
+
+MAX_SELECTOR_LABELS = 16
+MAX_TOLERATIONS = 32
+# A Kubernetes qualified name with an optional DNS prefix, as used for extended resources.
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+ResourceName = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH + 64, pattern=QUALIFIED_NAME_PATTERN)
+]
+
+
+class GPUClassSpec(WireModel):
+    """A kind of GPU: which nodes have it, how much memory it has and how fast it is expected to be.
+    Measured speeds replace `relativeSpeed` once a job has run on the class."""
+
+    node_selector: dict[str, LabelValue] = Field(
+        min_length=1,
+        max_length=MAX_SELECTOR_LABELS,
+        description="Node labels that identify nodes with this GPU, for example "
+        "nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB.",
+    )
+    resource_name: ResourceName = Field(
+        default="nvidia.com/gpu",
+        description="Extended resource that counts these GPUs in node capacity and pod limits.",
+    )
+    memory_gib: float = Field(
+        alias="memoryGiB", gt=0, le=4096, description="Memory of one GPU in GiB; bounds local batch sizes."
+    )
+    relative_speed: float = Field(
+        gt=0,
+        le=1000,
+        description="Prior throughput relative to a reference GPU (1.0 = reference, 0.5 = half as fast), "
+        "used until measurements exist.",
+    )
+    cost_weight: float = Field(
+        default=1.0,
+        ge=0,
+        le=1_000_000,
+        description="Relative cost of one GPU-hour, for cost-aware placement.",
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=MAX_TOLERATIONS,
+        description="Kubernetes tolerations added to every worker pod on this class's nodes. Nodes whose "
+        "NoSchedule or NoExecute taints these do not tolerate are left out of scheduling.",
+    )
+
+
+class GPUClassStatus(WireModel):
+    """What the operator last counted for this class."""
+
+    nodes: int = Field(default=0, ge=0, description="Ready nodes matching nodeSelector.")
+    gpus: int = Field(default=0, ge=0, description="Allocatable GPUs on those nodes.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the spec the status reflects."
+    )

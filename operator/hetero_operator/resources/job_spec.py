@@ -1,0 +1,348 @@
+"""`HeteroTrainJob.spec`: what the user asks for.
+
+Every cross-field rule is declared once as a `CelRule` next to the model it constrains: the CRD
+carries it as an `x-kubernetes-validations` entry, and the model validator raises the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Self
+
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from hetero_operator.resources.base import (
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_GPU_CLASSES,
+    MAX_NAME_LENGTH,
+    BoundedString,
+    CelRule,
+    ObjectName,
+    WireModel,
+    cel_rules,
+)
+from hetero_operator.resources.parallelism import Parallelism
+
+MAX_GPUS = 4096
+MAX_GLOBAL_BATCH = 1 << 24
+MAX_ARGS = 64
+MAX_ENV = 128
+
+
+# --- env ---------------------------------------------------------------------------------------
+
+ENV_VALUE_OR_SOURCE = CelRule(
+    rule="!(has(self.value) && has(self.valueFrom))",
+    message="env[].value and env[].valueFrom are mutually exclusive: set one of them",
+    field_path=".valueFrom",
+    reason="FieldValueForbidden",
+)
+
+
+class EnvVar(WireModel):
+    """An environment variable set in every worker container."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(ENV_VALUE_OR_SOURCE))
+
+    name: Annotated[
+        str, StringConstraints(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    ] = Field(description="Variable name, for example `LOG_LEVEL`.")
+    value: BoundedString | None = Field(
+        default=None, description="Literal value. Mutually exclusive with valueFrom."
+    )
+    value_from: dict[str, Any] | None = Field(
+        default=None,
+        description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...), passed to the "
+        "worker pods unchanged. Mutually exclusive with value.",
+    )
+
+    @model_validator(mode="after")
+    def _value_or_source(self) -> Self:
+        if self.value is not None and self.value_from is not None:
+            raise ENV_VALUE_OR_SOURCE.violation(f"variable {self.name!r}")
+        return self
+
+
+# --- gpus --------------------------------------------------------------------------------------
+
+GPUS_MIN_LE_MAX = CelRule(
+    rule="self.min <= self.max",
+    message="gpus.min must be <= gpus.max: lower gpus.min or raise gpus.max",
+    field_path=".min",
+)
+
+
+class GpuRange(WireModel):
+    """How many GPUs the job may use. The scheduler starts the job only when it can place at least
+    `min` GPUs at once (gang scheduling) and never gives it more than `max`."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(GPUS_MIN_LE_MAX))
+
+    min: int = Field(ge=1, le=MAX_GPUS, description="Fewest GPUs the job can start with.")
+    max: int = Field(ge=1, le=MAX_GPUS, description="Most GPUs the job may be given.")
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> Self:
+        if self.min > self.max:
+            raise GPUS_MIN_LE_MAX.violation(f"got min={self.min}, max={self.max}")
+        return self
+
+
+# --- batch -------------------------------------------------------------------------------------
+
+BATCH_MIN_LE_GLOBAL = CelRule(
+    rule="!has(self.min) || self.min <= self.global",
+    message="batch.min must be <= batch.global: lower batch.min or raise batch.global",
+    field_path=".min",
+)
+BATCH_GLOBAL_LE_MAX = CelRule(
+    rule="!has(self.max) || self.global <= self.max",
+    message="batch.global must be <= batch.max: lower batch.global or raise batch.max",
+    field_path=".max",
+)
+
+DNS_SUBDOMAIN_PATTERN_CEL = DNS_SUBDOMAIN_PATTERN.replace("\\.", "[.]")
+BATCH_LIMIT_KEYS_ARE_NAMES = CelRule(
+    # `[.]` rather than an escaped dot: a backslash would need escaping again inside the CEL string.
+    rule=f"self.all(name, size(name) <= {MAX_NAME_LENGTH} && name.matches('{DNS_SUBDOMAIN_PATTERN_CEL}'))",
+    message="batch.perGpuClassMax keys must be GPUClass names (lowercase DNS subdomain names)",
+)
+
+GpuClassBatchLimit = Annotated[int, Field(ge=1, le=MAX_GLOBAL_BATCH)]
+
+
+def _is_object_name(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and re.fullmatch(DNS_SUBDOMAIN_PATTERN, name) is not None
+
+
+class Batch(WireModel):
+    """Samples per training step summed over all workers, and how the operator may change it. The operator
+    splits the global batch into per-worker local batches sized to each GPU's measured speed."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(BATCH_MIN_LE_GLOBAL, BATCH_GLOBAL_LE_MAX))
+
+    global_batch: int = Field(
+        alias="global",
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="Global batch size: samples per step over all workers. The starting value when adaptive.",
+    )
+    min: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="Smallest global batch when adaptive. Unset: global.",
+    )
+    max: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="Largest global batch when adaptive. Unset: global.",
+    )
+    adaptive: bool = Field(
+        default=False,
+        description="Let the operator change the global batch between min and max to maximise goodput "
+        "(statistical efficiency times throughput).",
+    )
+    per_gpu_class_max: dict[str, GpuClassBatchLimit] = Field(
+        default_factory=dict,
+        max_length=MAX_GPU_CLASSES,
+        description="Largest local batch per GPU of a class (GPUClass name to samples), for example to stay "
+        "within a small GPU's memory.",
+        json_schema_extra=cel_rules(BATCH_LIMIT_KEYS_ARE_NAMES),
+    )
+
+    @field_validator("per_gpu_class_max")
+    @classmethod
+    def _keys_are_names(cls, limits: dict[str, int]) -> dict[str, int]:
+        bad = sorted(name for name in limits if not _is_object_name(name))
+        if bad:
+            raise BATCH_LIMIT_KEYS_ARE_NAMES.violation(f"got {', '.join(map(repr, bad))}")
+        return limits
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min is not None and self.min > self.global_batch:
+            raise BATCH_MIN_LE_GLOBAL.violation(f"got min={self.min}, global={self.global_batch}")
+        if self.max is not None and self.global_batch > self.max:
+            raise BATCH_GLOBAL_LE_MAX.violation(f"got global={self.global_batch}, max={self.max}")
+        return self
+
+    @property
+    def lowest(self) -> int:
+        return self.global_batch if self.min is None else self.min
+
+    @property
+    def highest(self) -> int:
+        return self.global_batch if self.max is None else self.max
+
+
+# --- the rest of the spec ----------------------------------------------------------------------
+
+
+class Rebalance(WireModel):
+    """Between epochs the operator refits each worker's speed from Prometheus metrics and, when the
+    predicted gain is large enough, re-splits the batch (a new plan version)."""
+
+    enabled: bool = Field(default=True, description="Re-split the batch from measured speeds.")
+    every_epochs: int = Field(
+        default=1, ge=1, le=10_000, description="Consider a new plan every this many epochs."
+    )
+    min_improvement: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Smallest predicted relative drop in iteration time (0.05 = 5%) that justifies a "
+        "new plan.",
+    )
+
+
+class Checkpoint(WireModel):
+    """Where workers save and resume training state; restarts resume from the newest checkpoint."""
+
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = Field(
+        description="Directory (or URL understood by the training script) holding checkpoints."
+    )
+    every_epochs: int = Field(
+        default=1, ge=1, le=10_000, description="Save a checkpoint every this many epochs."
+    )
+
+
+class RestartPolicy(WireModel):
+    """What happens when a worker fails: the whole job restarts from its checkpoint after a backoff."""
+
+    max_restarts: int = Field(
+        default=3, ge=0, le=1000, description="Restarts before the job is marked Failed."
+    )
+    backoff_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=86_400,
+        description="Wait before the first restart; doubles on each further restart.",
+    )
+
+
+def _reject_duplicates(values: list[str], field: str) -> None:
+    duplicates = sorted({value for value in values if values.count(value) > 1})
+    if duplicates:
+        raise ValueError(f"{field} must not repeat a value: {', '.join(duplicates)} appears more than once")
+
+
+VIRTUAL_WORKER_FITS = CelRule(
+    rule="!has(self.parallelism.hetpipe) || !has(self.parallelism.hetpipe.virtualWorkerSize)"
+    " || self.parallelism.hetpipe.virtualWorkerSize <= self.gpus.max",
+    message="parallelism.hetpipe.virtualWorkerSize must be <= gpus.max: a virtual worker cannot have more "
+    "GPUs than the job",
+    field_path=".parallelism.hetpipe.virtualWorkerSize",
+)
+SESGD_GROUPS_FIT = CelRule(
+    rule="!has(self.parallelism.sesgd) || !has(self.parallelism.sesgd.groups)"
+    " || self.parallelism.sesgd.groups <= self.gpus.max",
+    message="parallelism.sesgd.groups must be <= gpus.max: every group needs at least one worker",
+    field_path=".parallelism.sesgd.groups",
+)
+BATCH_COVERS_GPUS = CelRule(
+    rule="self.batch.global >= self.gpus.min",
+    message="batch.global must be >= gpus.min: every GPU needs at least one sample per step",
+    field_path=".batch.global",
+)
+BATCH_LIMITS_NAME_ALLOWED_CLASSES = CelRule(
+    rule="!has(self.gpuClasses) || size(self.gpuClasses) == 0 || !has(self.batch.perGpuClassMax)"
+    " || self.batch.perGpuClassMax.all(c, c in self.gpuClasses)",
+    message="batch.perGpuClassMax may only name classes listed in gpuClasses",
+    field_path=".batch.perGpuClassMax",
+)
+SPEC_RULES = (VIRTUAL_WORKER_FITS, SESGD_GROUPS_FIT, BATCH_COVERS_GPUS, BATCH_LIMITS_NAME_ALLOWED_CLASSES)
+
+
+class HeteroTrainJobSpec(WireModel):
+    """A training job placed on a mix of GPU types: the operator picks the GPUs, starts one worker pod per
+    GPU group and keeps every worker's share of the batch matched to its speed."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*SPEC_RULES))
+
+    image: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = Field(
+        description="Container image of the workers; it must contain the heterotrain runtime."
+    )
+    command: list[BoundedString] = Field(
+        default_factory=list, max_length=MAX_ARGS, description="Entrypoint of the worker container."
+    )
+    args: list[BoundedString] = Field(
+        default_factory=list, max_length=MAX_ARGS, description="Arguments to the entrypoint."
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=MAX_ENV,
+        description="Extra environment variables for every worker. RANK, WORLD_SIZE, MASTER_ADDR and the "
+        "plan location are set by the operator.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    gpus: GpuRange = Field(description="How many GPUs the job may use.")
+    gpu_classes: list[ObjectName] = Field(
+        default_factory=list,
+        max_length=MAX_GPU_CLASSES,
+        description="GPUClass names the job may run on, most preferred first. Empty: any class.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism, description="How the job is split across its workers."
+    )
+    batch: Batch = Field(description="Global batch size and how the operator may change it.")
+    rebalance: Rebalance = Field(
+        default_factory=Rebalance, description="When the operator re-splits the batch between epochs."
+    )
+    epochs: int = Field(ge=1, le=1_000_000, description="Passes over the training data.")
+    checkpoint: Checkpoint | None = Field(
+        default=None, description="Checkpointing. Unset: restarts begin from scratch."
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Higher-priority jobs are placed first; equal priorities run FIFO.",
+    )
+    queue: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)] = Field(
+        default="default", description="Scheduling queue the job waits in."
+    )
+    restart_policy: RestartPolicy = Field(
+        default_factory=RestartPolicy, description="Restarts after a worker fails."
+    )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the job's workers and keep it out of scheduling until set back to false.",
+    )
+    pod_overrides: dict[str, Any] | None = Field(
+        default=None,
+        description="Fields merged into every worker pod's spec (tolerations, volumes, resources, ...), "
+        "passed through unchanged.",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env_names(cls, env: list[EnvVar]) -> list[EnvVar]:
+        _reject_duplicates([variable.name for variable in env], "env[].name")
+        return env
+
+    @field_validator("gpu_classes")
+    @classmethod
+    def _unique_gpu_classes(cls, gpu_classes: list[str]) -> list[str]:
+        _reject_duplicates(gpu_classes, "gpuClasses")
+        return gpu_classes
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Self:
+        hetpipe, sesgd = self.parallelism.hetpipe, self.parallelism.sesgd
+        size = hetpipe.virtual_worker_size if hetpipe is not None else None
+        if size is not None and size > self.gpus.max:
+            raise VIRTUAL_WORKER_FITS.violation(f"got virtualWorkerSize={size}, gpus.max={self.gpus.max}")
+        if sesgd is not None and sesgd.groups is not None and sesgd.groups > self.gpus.max:
+            raise SESGD_GROUPS_FIT.violation(f"got groups={sesgd.groups}, gpus.max={self.gpus.max}")
+        if self.batch.global_batch < self.gpus.min:
+            raise BATCH_COVERS_GPUS.violation(
+                f"got global={self.batch.global_batch}, gpus.min={self.gpus.min}"
+            )
+        unknown = sorted(set(self.batch.per_gpu_class_max) - set(self.gpu_classes))
+        if self.gpu_classes and unknown:
+            raise BATCH_LIMITS_NAME_ALLOWED_CLASSES.violation(f"not in gpuClasses: {', '.join(unknown)}")
+        return self

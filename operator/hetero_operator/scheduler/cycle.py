@@ -1,0 +1,217 @@
+"""One scheduling cycle: ``schedule(snapshot) -> Decisions``, a pure function.
+
+1. Queued jobs in priority/arrival order get their gang (gpus.min, whole virtual workers) on the
+   GPU set with the best predicted throughput, within what earlier queue heads leave them.
+2. The first job of a queue that cannot start becomes its head: it holds back GPUs of its classes
+   and, if lower-priority jobs hold what it needs, those are shrunk or preempted (checkpoint first).
+3. When nobody waits for a class, placed and running elastic jobs grow into its idle GPUs if that
+   raises their predicted throughput enough.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preemption, Resize
+from hetero_operator.scheduler.elastic import grow
+from hetero_operator.scheduler.free_index import ClusterState
+from hetero_operator.scheduler.placement import (
+    Candidate,
+    PlacementContext,
+    allowed_classes_fastest_first,
+    best_candidate,
+    usable_now,
+)
+from hetero_operator.scheduler.queueing import (
+    PreemptionPlan,
+    capacity_for,
+    gang_size,
+    head_reservation,
+    plan_preemption,
+    scheduling_order,
+)
+from hetero_operator.scheduler.reasons import WaitContext, explain
+from hetero_operator.scheduler.reservations import Budgets, HeadReservation
+from hetero_operator.scheduler.snapshot import Allocation, JobRequest, Snapshot
+from hetero_operator.scheduler.throughput import PriorModel
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Tunables. ``tie_tolerance``: relative throughput gap treated as a tie (then fewer nodes win).
+    ``grow_gain_running``/``grow_gain_new``: relative throughput gain that justifies growing a
+    running job (a restart) or a job being placed now. ``max_growths_per_cycle`` bounds the work.
+    ``reclaim_growth``: a waiting queue head may shrink jobs of its own priority back toward their
+    gang size (what they grew into while GPUs sat idle), not only lower-priority jobs.
+    ``head_reservations``: hold GPUs back for waiting queue heads (backfill never delays a head);
+    off, later jobs take any free GPUs (best-effort FIFO: more throughput, large jobs may wait)."""
+
+    prior: PriorModel = field(default_factory=PriorModel)
+    tie_tolerance: float = 0.01
+    elastic: bool = True
+    grow_gain_running: float = 0.10
+    grow_gain_new: float = 0.02
+    max_growths_per_cycle: int = 64
+    reclaim_growth: bool = False
+    head_reservations: bool = True
+
+
+@dataclass(slots=True)
+class _Outcome:
+    place: dict[str, Allocation] = field(default_factory=dict)
+    grow: dict[str, Resize] = field(default_factory=dict)
+    shrink: dict[str, Resize] = field(default_factory=dict)
+    preempt: dict[str, Preemption] = field(default_factory=dict)
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    predicted: dict[str, float] = field(default_factory=dict)
+    waiting: list[JobRequest] = field(default_factory=list)
+
+
+def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
+    """Decide placements, resizes and preemptions for one snapshot. Same snapshot, same decisions
+    (input order does not matter either)."""
+    config = config or SchedulerConfig()
+    state = ClusterState(snapshot)
+    ctx = PlacementContext(state, tuple(state.classes.values()), config.prior, config.tie_tolerance)
+    jobs = scheduling_order(snapshot.jobs)
+    running = [j for j in jobs if j.current is not None]
+    out = _Outcome()
+    budgets = Budgets([])
+    heads: dict[str, HeadReservation] = {}
+    victims: set[str] = set()
+    for job in jobs:
+        if job.current is None:
+            _admit(job, ctx, budgets, heads, victims, running, out, config)
+    if config.elastic:
+        _grow_idle(jobs, ctx, out, victims, config)
+    return Decisions(
+        place=out.place,
+        grow=out.grow,
+        shrink=out.shrink,
+        preempt=out.preempt,
+        unschedulable=out.unschedulable,
+        predicted_samples_per_second=out.predicted,
+        metrics=_metrics(state, out),
+    )
+
+
+def _admit(
+    job: JobRequest,
+    ctx: PlacementContext,
+    budgets: Budgets,
+    heads: dict[str, HeadReservation],
+    victims: set[str],
+    running: list[JobRequest],
+    out: _Outcome,
+    config: SchedulerConfig,
+) -> None:
+    """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
+    state = ctx.state
+    want = gang_size(job)
+    if want is None or capacity_for(job, state) < want:
+        out.unschedulable[job.key] = explain(
+            job, WaitContext(want, impossible=want is not None), ctx, budgets
+        )
+        out.waiting.append(job)
+        return
+    order = allowed_classes_fastest_first(job, state.classes)
+    enough_free = usable_now(job, order, ctx, budgets) >= want
+    candidate = best_candidate(job, want, ctx, budgets) if enough_free else None
+    if candidate is not None:
+        _commit(job, candidate, ctx, budgets)
+        out.place[job.key] = candidate.allocation
+        out.predicted[job.key] = candidate.prediction.samples_per_second
+        return
+    out.waiting.append(job)
+    head = heads.get(job.queue)
+    if head is not None:
+        wait = WaitContext(want, behind=head.job, enough_free_but_no_layout=enough_free)
+        out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
+        return
+    plan = plan_preemption(job, want, running, victims, ctx, budgets, reclaim_growth=config.reclaim_growth)
+    if plan is not None:
+        _apply_preemption(plan, job, out)
+        victims.update(plan.victims)
+    wait = WaitContext(
+        want,
+        preempting=tuple(plan.victims) if plan else (),
+        enough_free_but_no_layout=enough_free,
+    )
+    out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
+    reservation = head_reservation(job, want, ctx)
+    heads[job.queue] = reservation
+    if config.head_reservations:
+        budgets.add(reservation)
+
+
+def _commit(job: JobRequest, candidate: Candidate, ctx: PlacementContext, budgets: Budgets) -> None:
+    ctx.state.commit(job.key, list(candidate.added))
+    for node, count in candidate.added:
+        budgets.commit(ctx.state.class_of(node), count)
+
+
+def _apply_preemption(plan: PreemptionPlan, head: JobRequest, out: _Outcome) -> None:
+    why = f"making room for {head.key} (priority {head.priority}) in queue {head.queue}"
+    for key, candidate in plan.shrinks.items():
+        out.shrink[key] = Resize(
+            candidate.allocation, f"shrunk to {candidate.allocation.total_gpus} GPUs, {why}"
+        )
+        out.predicted[key] = candidate.prediction.samples_per_second
+    for key in plan.preemptions:
+        out.preempt[key] = Preemption(f"preempted, {why}")
+
+
+def _grow_idle(
+    jobs: list[JobRequest], ctx: PlacementContext, out: _Outcome, victims: set[str], config: SchedulerConfig
+) -> None:
+    """Grow jobs into classes no waiting job could use (waiting jobs that can never start aside)."""
+    state = ctx.state
+    contested: set[str] = set()
+    for job in out.waiting:
+        want = gang_size(job)
+        if want is not None and capacity_for(job, state) >= want:
+            contested.update(c for c in state.classes if job.allows(c))
+    idle = frozenset(c for c in state.classes if c not in contested and state.free[c].total_free > 0)
+    if not idle:
+        return
+    tried = 0
+    for job in jobs:
+        if tried >= config.max_growths_per_cycle:
+            break
+        is_new = job.key in out.place
+        if not (is_new or (job.current is not None and job.preemptible)) or job.key in victims:
+            continue
+        classes = frozenset(c for c in idle if job.allows(c))
+        if not classes or not any(state.free[c].usable(job.chunk) for c in classes):
+            continue
+        tried += 1
+        holding = Counter(state.held[job.key])
+        gain = config.grow_gain_new if is_new else config.grow_gain_running
+        candidate = grow(job, holding, ctx, classes, gain)
+        if candidate is None:
+            continue
+        state.commit(job.key, list(candidate.added))
+        out.predicted[job.key] = candidate.prediction.samples_per_second
+        if is_new:
+            out.place[job.key] = candidate.allocation
+        else:
+            out.grow[job.key] = Resize(
+                candidate.allocation, f"grown to {candidate.allocation.total_gpus} GPUs while GPUs sit idle"
+            )
+
+
+def _metrics(state: ClusterState, out: _Outcome) -> CycleMetrics:
+    allocated: Counter[str] = Counter({c: 0 for c in state.classes})
+    for per_node in state.held.values():
+        for node, count in per_node.items():
+            allocated[state.class_of(node)] += count
+    queue_length: Counter[str] = Counter(job.queue for job in out.waiting)
+    return CycleMetrics(
+        queue_length=dict(sorted(queue_length.items())),
+        gpus_allocated=dict(allocated),
+        gpus_free=state.free_gpus(),
+        jobs_placed=len(out.place),
+        jobs_preempted=len(out.preempt),
+        jobs_resized=len(out.grow) + len(out.shrink),
+    )

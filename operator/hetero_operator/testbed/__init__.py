@@ -1,0 +1,1 @@
+"""The local test bed: a real Kubernetes control plane, KWOK GPU nodes and Prometheus on loopback."""

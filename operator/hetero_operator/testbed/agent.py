@@ -1,0 +1,492 @@
+"""The local process node agent: a small kubelet for test-bed nodes labelled as local process nodes.
+
+It keeps those nodes Ready (status and Lease), runs every pod bound to them as a host process on its
+own loopback address, mirrors ConfigMap and Secret volumes into directories, reports pod status like a
+kubelet (Running, then Succeeded or Failed with the exit code), and on deletion stops the process
+(SIGTERM, grace period, SIGKILL) before removing the pod object.
+
+Run by the test bed as `python -m hetero_operator.testbed.agent --kubeconfig K --root DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from hetero_operator.testbed import processes
+from hetero_operator.testbed.local_pods import (
+    PodNotReadyToStart,
+    dns_names,
+    nth_pod_ip,
+    process_plan,
+    speed_for_node,
+)
+from hetero_operator.testbed.nodes import LOCAL_NODE_LABEL
+
+log = logging.getLogger("heterotrain.agent")
+POLL_SECONDS = 0.3
+LEASE_SECONDS = 40
+STATUS_HEARTBEAT_SECONDS = 30
+MAX_GRACE_SECONDS = 30.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class RunningPod:
+    uid: str
+    namespace: str
+    name: str
+    ip: str
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: str = ""
+    finished: bool = False
+    kill_deadline: float | None = None
+    config_maps: dict[str, str] = field(default_factory=dict)  # volume dir -> ConfigMap name
+
+
+class Agent:
+    def __init__(self, api_client: client.ApiClient, root: Path) -> None:
+        # Objects from the API are handled as plain data; the client's generated types add nothing here.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.coordination: Any = client.CoordinationV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.root = root
+        self.pods: dict[str, RunningPod] = {}
+        self.ip_index = 0
+        self.used_ips: set[str] = set()
+        self.ports: dict[tuple[str, str], str] = {}
+        self.last_status_beat: dict[str, float] = {}
+        self.last_lease_beat: dict[str, float] = {}
+        self.stopping = False
+
+    # ---- nodes --------------------------------------------------------------------------------
+    def local_nodes(self) -> list[Any]:
+        return list(self.core.list_node(label_selector=f"{LOCAL_NODE_LABEL}=true").items)
+
+    def heartbeat(self, node: Any) -> None:
+        name = node.metadata.name
+        now = time.monotonic()
+        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+        if not ready or now - self.last_status_beat.get(name, 0) > STATUS_HEARTBEAT_SECONDS:
+            stamp = _now()
+            conditions = [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "LocalProcessNodeReady",
+                    "message": "local process node agent is running",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                },
+            ] + [
+                {
+                    "type": kind,
+                    "status": "False",
+                    "reason": f"No{kind}",
+                    "message": "",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                }
+                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+            ]
+            body = {
+                "status": {
+                    "conditions": conditions,
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": name},
+                    ],
+                    "nodeInfo": {
+                        "architecture": "amd64",
+                        "operatingSystem": "linux",
+                        "kubeletVersion": "local-process",
+                        "containerRuntimeVersion": "host-process",
+                    },
+                    "phase": "Running",
+                }
+            }
+            self.core.patch_node_status(name, body)
+            self.last_status_beat[name] = now
+        if now - self.last_lease_beat.get(name, 0) > LEASE_SECONDS / 4:
+            self._renew_lease(name)
+            self.last_lease_beat[name] = now
+
+    def _renew_lease(self, node_name: str) -> None:
+        renew = dt.datetime.now(dt.UTC)
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=node_name, namespace="kube-node-lease"),
+            spec=client.V1LeaseSpec(
+                holder_identity=node_name, lease_duration_seconds=LEASE_SECONDS, renew_time=renew
+            ),
+        )
+        try:
+            self.coordination.replace_namespaced_lease(node_name, "kube-node-lease", body)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.coordination.create_namespaced_lease("kube-node-lease", body)
+
+    # ---- pods ---------------------------------------------------------------------------------
+    def _next_ip(self) -> str:
+        while True:
+            ip = nth_pod_ip(self.ip_index)
+            self.ip_index += 1
+            if ip not in self.used_ips:
+                self.used_ips.add(ip)
+                return ip
+
+    def sync(self) -> None:
+        nodes = self.local_nodes()
+        if not nodes and not self.pods:
+            return
+        for node in nodes:
+            self.heartbeat(node)
+        try:
+            classes = self.custom.list_cluster_custom_object("heterotrain.io", "v1alpha1", "gpuclasses")[
+                "items"
+            ]
+        except ApiException:
+            classes = []  # the API is not installed yet: no simulated speeds
+        all_pods: list[Any] = []
+        for node in nodes:
+            all_pods += self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node.metadata.name}"
+            ).items
+        seen = set()
+        for pod in all_pods:
+            seen.add(pod.metadata.uid)
+            if pod.status and pod.status.pod_ip:
+                self.used_ips.add(pod.status.pod_ip)
+        dns = self._dns(all_pods)
+        node_labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes}
+        for pod in all_pods:
+            try:
+                self._sync_pod(pod, dns, classes, node_labels)
+            except ApiException as err:
+                if err.status != 404:
+                    log.warning("pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, err.reason)
+        for uid in list(self.pods):
+            if uid not in seen:  # deleted behind our back: make sure its process is gone
+                self._kill(self.pods.pop(uid), force=True)
+
+    def _dns(self, pods: list[Any]) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for pod in pods:
+            ip = (
+                self.pods[pod.metadata.uid].ip
+                if pod.metadata.uid in self.pods
+                else (pod.status.pod_ip if pod.status else None)
+            )
+            if ip:
+                for name in dns_names(self.core.api_client.sanitize_for_serialization(pod)):
+                    names[name] = ip
+        return names
+
+    def _sync_pod(
+        self,
+        pod: Any,
+        dns: dict[str, str],
+        classes: list[dict[str, Any]],
+        node_labels: dict[str, dict[str, str]],
+    ) -> None:
+        uid = pod.metadata.uid
+        running = self.pods.get(uid)
+        if pod.metadata.deletion_timestamp is not None:
+            self._delete(pod, running)
+            return
+        phase = pod.status.phase if pod.status else None
+        if phase in ("Succeeded", "Failed"):
+            return
+        if running is None:
+            if phase == "Running":
+                # Started by an earlier agent that is gone: its process is lost, as on a node reboot.
+                self._report_exit(pod, 137, "the local process node agent restarted")
+                return
+            running = RunningPod(
+                uid,
+                pod.metadata.namespace,
+                pod.metadata.name,
+                self._next_ip(),
+                self.root / "pods" / pod.metadata.namespace / f"{pod.metadata.name}-{uid[:8]}",
+            )
+            self.pods[uid] = running
+            # Publish the address first so that siblings can resolve this pod before it starts.
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"status": {"podIP": running.ip, "podIPs": [{"ip": running.ip}], "hostIP": "127.0.0.1"}},
+            )
+            dns.update(
+                dict.fromkeys(dns_names(self.core.api_client.sanitize_for_serialization(pod)), running.ip)
+            )
+        if running.process is None:
+            self._start(pod, running, dns, classes, node_labels)
+            return
+        self._refresh_config_maps(running)
+        code = running.process.poll()
+        if code is not None and not running.finished:
+            running.finished = True
+            self._report_exit(pod, code, None, running.started_at)
+
+    def _volume_dirs(self, pod_dict: dict[str, Any], running: RunningPod) -> dict[str, Path]:
+        dirs: dict[str, Path] = {}
+        for volume in pod_dict["spec"].get("volumes") or []:
+            name = volume["name"]
+            if "persistentVolumeClaim" in volume:
+                # Claims outlive pods: checkpoints written here survive a restart, as on a real volume.
+                path = self.root / "claims" / running.namespace / volume["persistentVolumeClaim"]["claimName"]
+            else:
+                path = running.directory / "volumes" / name
+            path.mkdir(parents=True, exist_ok=True)
+            dirs[name] = path
+            if "configMap" in volume:
+                running.config_maps[str(path)] = volume["configMap"]["name"]
+        return dirs
+
+    def _start(
+        self,
+        pod: Any,
+        running: RunningPod,
+        dns: dict[str, str],
+        classes: list[dict[str, Any]],
+        node_labels: dict[str, dict[str, str]],
+    ) -> None:
+        pod_dict = self.core.api_client.sanitize_for_serialization(pod)
+        running.directory.mkdir(parents=True, exist_ok=True)
+        volume_dirs = self._volume_dirs(pod_dict, running)
+        namespace = running.namespace
+        config_maps: dict[str, dict[str, str]] = {}
+        secrets: dict[str, dict[str, str]] = {}
+        for item in self.core.list_namespaced_config_map(namespace).items:
+            config_maps[item.metadata.name] = dict(item.data or {})
+        for item in self.core.list_namespaced_secret(namespace).items:
+            secrets[item.metadata.name] = {
+                k: base64.b64decode(v).decode() for k, v in (item.data or {}).items()
+            }
+        for volume_dir, cm_name in running.config_maps.items():
+            if cm_name not in config_maps:
+                return  # the ConfigMap is not there yet; try again on the next pass
+            _write_files(Path(volume_dir), config_maps[cm_name])
+        for volume in pod_dict["spec"].get("volumes") or []:
+            if "secret" in volume and volume["secret"]["secretName"] in secrets:
+                _write_files(volume_dirs[volume["name"]], secrets[volume["secret"]["secretName"]])
+        speed = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
+        env_master = self._master_port_map(pod_dict, dns)
+        try:
+            plan = process_plan(
+                pod_dict,
+                running.ip,
+                running.directory,
+                volume_dirs,
+                config_maps,
+                secrets,
+                dns,
+                speed,
+                env_master,
+            )
+        except PodNotReadyToStart as why:
+            log.info("pod %s/%s waits: %s", namespace, running.name, why)
+            return
+        except ValueError as err:
+            running.process = None
+            running.finished = True
+            self._report_exit(pod, 128, f"cannot run as a local process: {err}")
+            return
+        log_path = running.directory / "container.log"
+        with log_path.open("ab") as sink:
+            running.process = subprocess.Popen(
+                plan.argv,
+                env=plan.env,
+                cwd=plan.cwd,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        (running.directory / "pid").write_text(
+            json.dumps({"pid": running.process.pid, "binary": plan.argv[0]})
+        )
+        running.started_at = _now()
+        container = pod.spec.containers[0]
+        self.core.patch_namespaced_pod_status(
+            running.name,
+            namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "podIP": running.ip,
+                    "podIPs": [{"ip": running.ip}],
+                    "hostIP": "127.0.0.1",
+                    "startTime": running.started_at,
+                    "conditions": [
+                        {"type": t, "status": "True", "lastTransitionTime": running.started_at}
+                        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": container.name,
+                            "image": container.image or "",
+                            "imageID": "",
+                            "ready": True,
+                            "restartCount": 0,
+                            "started": True,
+                            "state": {"running": {"startedAt": running.started_at}},
+                        }
+                    ],
+                }
+            },
+        )
+        log.info("started %s/%s as pid %d on %s", namespace, running.name, running.process.pid, running.ip)
+
+    def _master_port_map(self, pod: dict[str, Any], dns: dict[str, str]) -> dict[tuple[str, str], str]:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+        addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
+        if addr and port:
+            key = (dns.get(addr, addr), port)
+            if key not in self.ports:
+                self.ports[key] = str(processes.free_port())
+        return self.ports
+
+    def _refresh_config_maps(self, running: RunningPod) -> None:
+        for volume_dir, cm_name in running.config_maps.items():
+            try:
+                data = self.core.read_namespaced_config_map(cm_name, running.namespace).data or {}
+            except ApiException:
+                continue
+            _write_files(Path(volume_dir), data)
+
+    def _report_exit(self, pod: Any, code: int, message: str | None, started_at: str = "") -> None:
+        stamp = _now()
+        container = pod.spec.containers[0]
+        terminated: dict[str, Any] = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "finishedAt": stamp,
+            "startedAt": started_at or stamp,
+        }
+        if message:
+            terminated["message"] = message
+        self.core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            pod.metadata.namespace,
+            {
+                "status": {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "conditions": [
+                        {"type": t, "status": "False", "lastTransitionTime": stamp}
+                        for t in ("ContainersReady", "Ready")
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": container.name,
+                            "image": container.image or "",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "started": False,
+                            "state": {"terminated": terminated},
+                        }
+                    ],
+                }
+            },
+        )
+        log.info("pod %s/%s exited with %d", pod.metadata.namespace, pod.metadata.name, code)
+
+    def _delete(self, pod: Any, running: RunningPod | None) -> None:
+        if running is not None and running.process is not None and running.process.poll() is None:
+            if running.kill_deadline is None:
+                grace = min(float(pod.metadata.deletion_grace_period_seconds or 30), MAX_GRACE_SECONDS)
+                running.kill_deadline = time.monotonic() + grace
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(running.process.pid, signal.SIGTERM)
+                return
+            if time.monotonic() < running.kill_deadline:
+                return
+            self._kill(running, force=True)
+        self.pods.pop(pod.metadata.uid, None)
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+
+    @staticmethod
+    def _kill(running: RunningPod, force: bool) -> None:
+        if running.process is None or running.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(running.process.pid, signal.SIGKILL if force else signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running.process.wait(timeout=5)
+
+    def shutdown(self) -> None:
+        """Stop every pod process; the pods are left for the API server's owners to clean up."""
+        for running in self.pods.values():
+            if running.process is not None and running.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(running.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for running in self.pods.values():
+            if running.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    running.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                self._kill(running, force=True)
+
+    def run(self) -> None:
+        while not self.stopping:
+            try:
+                self.sync()
+            except ApiException as err:
+                log.warning("API error: %s %s", err.status, err.reason)
+            except Exception:  # keep the node alive through transient faults, as a kubelet does
+                log.exception("sync failed")
+            time.sleep(POLL_SECONDS)
+        self.shutdown()
+
+
+def _write_files(directory: Path, data: dict[str, str]) -> None:
+    """Write keys as files, atomically and only when changed (a reader never sees half a file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in data.items():
+        target = directory / key
+        if target.exists() and target.read_text() == value:
+            continue
+        scratch = directory / f".{key}.tmp"
+        scratch.write_text(value)
+        os.replace(scratch, target)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--root", required=True, type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    api_client = config.new_client_from_config(config_file=args.kubeconfig)
+    agent = Agent(api_client, args.root)
+
+    def stop(_signum: int, _frame: object) -> None:
+        agent.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""The test bed as one object: start it, wait for it, use it, stop it.
+
+Everything listens on 127.0.0.1 with ports the kernel hands out. What was started is recorded in
+`state.json` under the test bed's directory, so `up` is idempotent across commands and `down` stops
+exactly the processes this test bed started.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from hetero_operator.testbed import build, certs, processes
+from hetero_operator.testbed.kubeconfig import write_kubeconfig
+from hetero_operator.testbed.nodes import NodeList, node_manifest
+from hetero_operator.testbed.prometheus import prometheus_config
+from hetero_operator.testbed.versions import REPO_ROOT, cache_root
+
+STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
+CRD_DIR = REPO_ROOT / "crds"
+# A cluster IP range is required by the API server; nothing is ever routed to it.
+SERVICE_CIDR = "10.96.0.0/24"
+# Fake pods get addresses from a loopback range, so a stray scrape can never leave the machine.
+FAKE_POD_CIDR = "127.200.0.0/16"
+
+
+def default_root() -> Path:
+    return cache_root() / "clusters" / "default"
+
+
+@dataclass
+class State:
+    ports: dict[str, int]
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> State | None:
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(ports=raw["ports"], processes=raw["processes"])
+
+
+class TestbedError(RuntimeError):
+    """A test-bed component failed to start; the message says which and where its log is."""
+
+
+class Testbed:
+    """A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager), KWOK and
+    Prometheus, rooted in one directory that holds certificates, data, logs and the kubeconfig."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or default_root()).resolve()
+        self.pki_dir = self.root / "pki"
+        self.logs = self.root / "logs"
+        self.kubeconfig = self.root / "kubeconfig"
+        self.state_file = self.root / "state.json"
+
+    # ---- queries -------------------------------------------------------------------------------
+    @property
+    def state(self) -> State | None:
+        return State.load(self.state_file)
+
+    @property
+    def apiserver_url(self) -> str:
+        state = self._require_state()
+        return f"https://127.0.0.1:{state.ports['apiserver']}"
+
+    @property
+    def prometheus_url(self) -> str:
+        state = self._require_state()
+        return f"http://127.0.0.1:{state.ports['prometheus']}"
+
+    def _require_state(self) -> State:
+        state = self.state
+        if state is None:
+            raise TestbedError(f"the test bed in {self.root} is not up; run `heterotrain testbed up`")
+        return state
+
+    def component_status(self) -> dict[str, bool]:
+        state = self.state
+        if state is None:
+            return {}
+        return {
+            name: processes.is_running(info["pid"], info["binary"]) for name, info in state.processes.items()
+        }
+
+    def is_up(self) -> bool:
+        status = self.component_status()
+        return bool(status) and all(status.values()) and self._apiserver_ready()
+
+    def _apiserver_ready(self) -> bool:
+        try:
+            return self._api_get("/readyz").status_code == 200
+        except (httpx.HTTPError, OSError, TestbedError):
+            return False
+
+    def _api_get(self, path: str) -> httpx.Response:
+        pki = self._pki_paths()
+        tls = ssl.create_default_context(cafile=str(pki.ca_cert))
+        tls.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        with httpx.Client(verify=tls, timeout=3.0) as client:
+            return client.get(self.apiserver_url + path)
+
+    def _pki_paths(self) -> certs.Pki:
+        d = self.pki_dir
+        return certs.Pki(
+            ca_cert=d / "ca.crt",
+            ca_key=d / "ca.key",
+            server_cert=d / "apiserver.crt",
+            server_key=d / "apiserver.key",
+            admin_cert=d / "admin.crt",
+            admin_key=d / "admin.key",
+            sa_key=d / "sa.key",
+            sa_pub=d / "sa.pub",
+        )
+
+    # ---- kubectl ------------------------------------------------------------------------------
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the test bed's kubectl against this cluster. Raises with stderr when `check` fails."""
+        result = subprocess.run(
+            [str(build.binary("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, result.args, output=result.stdout, stderr=result.stderr
+            )
+        return result
+
+    def apply_objects(self, objects: list[dict[str, Any]]) -> None:
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(objects)
+        )
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def up(self, nodes: NodeList | None = None, on_step: Callable[[str], None] | None = None) -> None:
+        """Start the test bed (or keep the one that is already up) and create `nodes`."""
+        say = on_step or (lambda _msg: None)
+        if self.is_up():
+            say("test bed already up")
+        else:
+            self.down(quiet=True)
+            build.build_all(on_step=say)
+            self._start(say)
+        self.install_crds()
+        if nodes is not None:
+            say(f"creating {len(nodes.nodes)} GPU nodes")
+            self.apply_nodes(nodes)
+
+    def _start(self, say: Callable[[str], None]) -> None:
+        for sub in ("pki", "etcd", "prometheus"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        names = ("etcd_client", "etcd_peer", "apiserver", "kwok", "prometheus")
+        state = State(ports={name: processes.free_port() for name in names})
+        state.save(self.state_file)
+        say("generating certificates")
+        pki = certs.generate(self.pki_dir)
+        write_kubeconfig(self.kubeconfig, f"https://127.0.0.1:{state.ports['apiserver']}", pki)
+
+        def start(name: str, argv: list[str]) -> None:
+            launched = processes.launch(name, argv, self.logs)
+            state.processes[name] = {"pid": launched.pid, "binary": launched.binary, "log": str(launched.log)}
+            state.save(self.state_file)
+
+        say("starting etcd")
+        start("etcd", self._etcd_argv(state))
+        self._wait(lambda: self._http_ok(f"http://127.0.0.1:{state.ports['etcd_client']}/health"), "etcd", 30)
+        say("starting kube-apiserver")
+        start("kube-apiserver", self._apiserver_argv(state, pki))
+        self._wait(self._apiserver_ready, "kube-apiserver", 90)
+        say("starting kube-controller-manager, KWOK and Prometheus")
+        start("kube-controller-manager", self._controller_manager_argv(pki))
+        start("kwok", self._kwok_argv(state))
+        start("agent", self._agent_argv())
+        prom_config = self.root / "prometheus.yml"
+        prom_config.write_text(
+            yaml.safe_dump(prometheus_config(self.kubeconfig, f"127.0.0.1:{state.ports['prometheus']}"))
+        )
+        start("prometheus", self._prometheus_argv(state, prom_config))
+        self._wait(lambda: self._http_ok(f"{self.prometheus_url}/-/ready"), "prometheus", 60)
+
+    def _wait(self, ready: Callable[[], bool], name: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            info = (self.state or State(ports={})).processes.get(name)
+            if info and not processes.is_running(info["pid"], info["binary"]):
+                raise TestbedError(
+                    f"{name} exited during start-up; log: {info['log']}\n{_tail(Path(info['log']))}"
+                )
+            time.sleep(0.3)
+        log = self.logs / f"{name}.log"
+        raise TestbedError(f"{name} was not ready within {timeout:.0f}s; log: {log}\n{_tail(log)}")
+
+    @staticmethod
+    def _http_ok(url: str) -> bool:
+        try:
+            return httpx.get(url, timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def down(self, quiet: bool = False) -> None:
+        """Stop every process this test bed started (in reverse order) and forget its state."""
+        state = self.state
+        if state is None:
+            return
+        for _name, info in reversed(list(state.processes.items())):
+            processes.stop(info["pid"], info["binary"])
+        self.state_file.unlink(missing_ok=True)
+        for sub in ("etcd", "prometheus"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+
+    # ---- cluster content ----------------------------------------------------------------------
+    def install_crds(self) -> None:
+        files = sorted(CRD_DIR.glob("*.yaml"))
+        if not files:
+            return
+        for crd in files:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"-f={f}" for f in files))
+
+    def apply_nodes(self, nodes: NodeList, timeout: float = 60.0) -> None:
+        manifests = [node_manifest(n) for n in nodes.nodes]
+        self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(manifests), check=False)
+        names = [m["metadata"]["name"] for m in manifests]
+        fake = [n.name for n in nodes.nodes if not n.local]
+        if fake:
+            self.kubectl(
+                "wait", "--for=condition=Ready", f"--timeout={timeout:.0f}s", *(f"node/{n}" for n in fake)
+            )
+        missing = set(names) - set(
+            self.kubectl("get", "nodes", "-o", "name").stdout.replace("node/", "").split()
+        )
+        if missing:
+            raise TestbedError(f"nodes were not created: {sorted(missing)}")
+
+    # ---- argv builders (pure) -----------------------------------------------------------------
+    def _etcd_argv(self, state: State) -> list[str]:
+        client = f"http://127.0.0.1:{state.ports['etcd_client']}"
+        peer = f"http://127.0.0.1:{state.ports['etcd_peer']}"
+        return [
+            str(build.binary("etcd")),
+            "--name=testbed",
+            f"--data-dir={self.root / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=testbed={peer}",
+            "--unsafe-no-fsync=true",
+            "--auto-compaction-retention=1",
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_argv(self, state: State, pki: certs.Pki) -> list[str]:
+        port = state.ports["apiserver"]
+        return [
+            str(build.binary("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{state.ports['etcd_client']}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # The `kubernetes` Service endpoint cannot be a loopback address; nothing needs it here.
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--tls-cert-file={pki.server_cert}",
+            f"--tls-private-key-file={pki.server_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer=https://127.0.0.1:{port}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            # No kubelet creates default ServiceAccounts on time for the first pods of a namespace.
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--enable-priority-and-fairness=false",
+            "--max-requests-inflight=0",
+            "--max-mutating-requests-inflight=0",
+            f"--cert-dir={self.pki_dir}",
+            "--v=1",
+        ]
+
+    def _controller_manager_argv(self, pki: certs.Pki) -> list[str]:
+        return [
+            str(build.binary("kube-controller-manager")),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            # Nodes have no pod CIDRs and no cloud; everything else (GC, namespaces, node lifecycle) runs.
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route",
+            "--v=1",
+        ]
+
+    def _kwok_argv(self, state: State) -> list[str]:
+        return [
+            str(build.binary("kwok")),
+            f"--kubeconfig={self.kubeconfig}",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--config={STAGES_FILE}",
+            "--node-lease-duration-seconds=40",
+            "--node-ip=127.0.0.1",
+            f"--cidr={FAKE_POD_CIDR}",
+            f"--server-address=127.0.0.1:{state.ports['kwok']}",
+        ]
+
+    def _agent_argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "hetero_operator.testbed.agent",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--root={self.root / 'local-pods'}",
+        ]
+
+    def _prometheus_argv(self, state: State, config: Path) -> list[str]:
+        return [
+            str(build.binary("prometheus")),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.root / 'prometheus'}",
+            f"--web.listen-address=127.0.0.1:{state.ports['prometheus']}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=2h",
+            "--log.level=warn",
+        ]
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"

@@ -1,0 +1,211 @@
+"""How a pod bound to a local process node becomes a host process: pure functions from the pod object
+(and what the cluster knows about it) to the argv, environment and working directory of the process.
+
+A local process node stands in for a kubelet on a laptop: the image is ignored, the container's command
+runs with the project's own Python environment, every pod gets its own loopback address, volumes become
+directories, and cluster DNS names of sibling pods resolve to their loopback addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetero_operator.plan import SIMULATED_SPEED_ENV
+
+# Local pods get addresses from their own loopback range, apart from KWOK's fake pods.
+LOCAL_POD_NETWORK = ipaddress.ip_network("127.10.0.0/16")
+POD_IP_ENV = "POD_IP"
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+class PodNotReadyToStart(Exception):
+    """Something the pod refers to (a sibling's address, a ConfigMap) does not exist yet."""
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    volume_dirs: dict[str, Path] = field(default_factory=dict)
+
+
+def nth_pod_ip(index: int) -> str:
+    """The index-th usable address of the local pod range (skipping network and .0/.255 hosts)."""
+    hosts = LOCAL_POD_NETWORK.num_addresses
+    candidate = index + 2
+    while candidate < hosts:
+        address = LOCAL_POD_NETWORK.network_address + candidate
+        if str(address).split(".")[-1] not in ("0", "255"):
+            if index == 0:
+                return str(address)
+            index -= 1
+        candidate += 1
+    raise RuntimeError("the local pod address range is exhausted")
+
+
+def dns_names(pod: Mapping[str, Any]) -> list[str]:
+    """The names cluster DNS gives a pod with `hostname` and `subdomain` (a headless Service)."""
+    spec = pod.get("spec", {})
+    hostname, subdomain = spec.get("hostname"), spec.get("subdomain")
+    if not hostname or not subdomain:
+        return []
+    namespace = pod["metadata"].get("namespace", "default")
+    base = f"{hostname}.{subdomain}"
+    return [
+        base,
+        f"{base}.{namespace}",
+        f"{base}.{namespace}.svc",
+        f"{base}.{namespace}.svc.cluster.local",
+    ]
+
+
+def speed_for_node(node_labels: Mapping[str, str], gpu_classes: Sequence[Mapping[str, Any]]) -> float | None:
+    """Simulated speed of a node: its GPUClass's relativeSpeed over the fastest class's (so in (0, 1])."""
+    speeds = [float(c.get("spec", {}).get("relativeSpeed", 0) or 0) for c in gpu_classes]
+    fastest = max(speeds, default=0.0)
+    for gpu_class, speed in zip(gpu_classes, speeds, strict=True):
+        selector = gpu_class.get("spec", {}).get("nodeSelector") or {}
+        if selector and all(node_labels.get(k) == v for k, v in selector.items()) and fastest > 0:
+            return speed / fastest
+    return None
+
+
+def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str) -> str:
+    meta = pod.get("metadata", {})
+    simple = {
+        "status.podIP": pod_ip,
+        "status.hostIP": "127.0.0.1",
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": pod.get("spec", {}).get("nodeName", ""),
+        "spec.serviceAccountName": pod.get("spec", {}).get("serviceAccountName", ""),
+    }
+    if path in simple:
+        return str(simple[path])
+    match = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if match:
+        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+    raise ValueError(f"unsupported fieldRef {path!r}")
+
+
+def _expand(value: str, env: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: known variables are replaced, unknown references stay as written."""
+    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def _rewrite_paths(value: str, mounts: Mapping[str, Path]) -> str:
+    for mount_path, local in sorted(mounts.items(), key=lambda item: -len(item[0])):
+        if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+            return str(local) + value[len(mount_path.rstrip("/")) :]
+    return value
+
+
+def container_env(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    pod_ip: str,
+    config_maps: Mapping[str, Mapping[str, str]],
+    secrets: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """The container's environment as a kubelet would compute it (value, fieldRef, ConfigMap, Secret)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        if "configMapRef" in source:
+            data = config_maps.get(source["configMapRef"]["name"])
+            if data is None:
+                raise PodNotReadyToStart(f"ConfigMap {source['configMapRef']['name']} does not exist yet")
+            env.update({source.get("prefix", "") + k: v for k, v in data.items()})
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item:
+            env[name] = _expand(str(item["value"]), env)
+            continue
+        ref = item.get("valueFrom") or {}
+        if "fieldRef" in ref:
+            env[name] = _field_ref(pod, ref["fieldRef"]["fieldPath"], pod_ip)
+        elif "configMapKeyRef" in ref or "secretKeyRef" in ref:
+            kind, key_ref = (
+                ("ConfigMap", ref["configMapKeyRef"])
+                if "configMapKeyRef" in ref
+                else ("Secret", ref["secretKeyRef"])
+            )
+            store = config_maps if kind == "ConfigMap" else secrets
+            data = store.get(key_ref["name"])
+            if data is None or key_ref["key"] not in data:
+                if key_ref.get("optional"):
+                    continue
+                raise PodNotReadyToStart(f"{kind} {key_ref['name']} key {key_ref['key']} does not exist yet")
+            env[name] = data[key_ref["key"]]
+        else:
+            env[name] = ""
+    return env
+
+
+def resolve_names(env: dict[str, str], names: Mapping[str, str]) -> dict[str, str]:
+    """Replace values that are sibling pods' DNS names with their loopback addresses."""
+    return {key: names.get(value, value) for key, value in env.items()}
+
+
+def host_argv(argv: list[str]) -> list[str]:
+    """Run the container's command with this project's Python environment instead of the image."""
+    if not argv:
+        raise ValueError("the container has no command: local process nodes ignore the image's entrypoint")
+    bin_dir = Path(sys.executable).parent
+    first = argv[0]
+    if first in ("python", "python3") or re.fullmatch(r"python3\.\d+", first):
+        return [sys.executable, *argv[1:]]
+    if "/" not in first and (bin_dir / first).exists():
+        return [str(bin_dir / first), *argv[1:]]
+    return list(argv)
+
+
+def process_plan(
+    pod: Mapping[str, Any],
+    pod_ip: str,
+    pod_dir: Path,
+    volume_dirs: Mapping[str, Path],
+    config_maps: Mapping[str, Mapping[str, str]],
+    secrets: Mapping[str, Mapping[str, str]],
+    dns: Mapping[str, str],
+    simulated_speed: float | None,
+    port_map: Mapping[tuple[str, str], str] | None = None,
+) -> ProcessPlan:
+    """Everything needed to start the pod's first container as a host process."""
+    containers = pod.get("spec", {}).get("containers") or []
+    if not containers:
+        raise ValueError("the pod has no containers")
+    container = containers[0]
+    env = container_env(pod, container, pod_ip, config_maps, secrets)
+    env = resolve_names(env, dns)
+    mounts = {
+        m["mountPath"]: volume_dirs[m["name"]]
+        for m in container.get("volumeMounts") or []
+        if m["name"] in volume_dirs
+    }
+    env = {k: _rewrite_paths(v, mounts) for k, v in env.items()}
+    if port_map and "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        # Pods here share one network namespace: a job's rendezvous port is made unique per master.
+        env["MASTER_PORT"] = port_map.get((env["MASTER_ADDR"], env["MASTER_PORT"]), env["MASTER_PORT"])
+    env.setdefault(POD_IP_ENV, pod_ip)
+    if simulated_speed is not None:
+        env.setdefault(SIMULATED_SPEED_ENV, f"{simulated_speed:g}")
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    raw_argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    argv = [_rewrite_paths(_expand(a, env), mounts) for a in host_argv(raw_argv)]
+    bin_dir = str(Path(sys.executable).parent)
+    base_env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(pod_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    working_dir = container.get("workingDir")
+    cwd = Path(_rewrite_paths(working_dir, mounts)) if working_dir else pod_dir
+    return ProcessPlan(argv=argv, env={**base_env, **env}, cwd=cwd, volume_dirs=dict(volume_dirs))

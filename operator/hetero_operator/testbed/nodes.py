@@ -1,0 +1,77 @@
+"""Fake GPU nodes for the test bed: the node-list file format and the Node manifests built from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_CLASS_LABEL = "heterotrain.io/gpu-class"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_TAINT_KEY = "kwok.x-k8s.io/node"
+LOCAL_NODE_LABEL = "heterotrain.io/local-process-node"
+
+
+class FakeNode(BaseModel):
+    """One simulated GPU node."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    gpu_class: str = Field(alias="gpuClass", min_length=1)
+    gpus: int = Field(ge=0, le=64)
+    labels: dict[str, str] = Field(default_factory=dict)
+    local: bool = Field(
+        default=False,
+        description="Run this node's pods as host processes instead of simulating them.",
+    )
+
+
+class NodeList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[FakeNode] = Field(min_length=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_names(cls, nodes: list[FakeNode]) -> list[FakeNode]:
+        names = [n.name for n in nodes]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"node names must be unique; repeated: {', '.join(duplicates)}")
+        return nodes
+
+
+def load_node_list(path: Path) -> NodeList:
+    """Read a node-list YAML file (`nodes: [{name, gpuClass, gpus, labels}]`)."""
+    return NodeList.model_validate(yaml.safe_load(path.read_text()))
+
+
+def node_manifest(node: FakeNode) -> dict[str, Any]:
+    """The Node object for one fake node. KWOK manages it unless it is a local process node."""
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU_RESOURCE: str(node.gpus)}
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        GPU_CLASS_LABEL: node.gpu_class,
+        **node.labels,
+    }
+    metadata: dict[str, Any] = {"name": node.name, "labels": labels, "annotations": {}}
+    spec: dict[str, Any] = {}
+    if node.local:
+        labels[LOCAL_NODE_LABEL] = "true"
+    else:
+        metadata["annotations"][KWOK_ANNOTATION] = "fake"
+        spec["taints"] = [{"key": KWOK_TAINT_KEY, "value": "fake", "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }

@@ -1,0 +1,77 @@
+"""Start and stop the test bed's long-running processes, each in its own process group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Launched:
+    name: str
+    pid: int
+    binary: str
+    log: Path
+
+
+def launch(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Launched:
+    """Start `argv` detached from our process group, output to `<log_dir>/<name>.log`."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            argv,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    return Launched(name=name, pid=proc.pid, binary=argv[0], log=log)
+
+
+def is_running(pid: int, binary: str) -> bool:
+    """True when `pid` is alive and still runs `binary` (guards against a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return cmdline == binary and state != "Z"
+
+
+def stop(pid: int, binary: str, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the process group we started, then SIGKILL it if it lingers."""
+    if not is_running(pid, binary):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_running(pid, binary):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the process is our child, so it does not stay a zombie."""
+    with contextlib.suppress(ChildProcessError, ProcessLookupError):
+        os.waitpid(pid, os.WNOHANG)

@@ -1,0 +1,39 @@
+"""Shared fixtures: a live test bed per test session and a fresh namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.nodes import load_node_list
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A running test bed with the CRDs installed and the example GPU nodes Ready.
+
+    Its directory (logs included) stays under pytest's temporary directory after the run.
+    """
+    bed = Testbed(tmp_path_factory.mktemp("testbed"))
+    try:
+        bed.up(load_node_list(EXAMPLE_NODES))
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture
+def namespace(testbed: Testbed) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    testbed.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        testbed.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,33 @@
+"""Pure shuffled in-group averaging of x_i = i (no gradients), over the P2P group ring."""
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from hetero_runtime.strategies.group_ring import group_ring_sum
+from hetero_runtime.strategies.sesgd import GroupSchedule
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group(
+    "gloo",
+    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
+    rank=rank,
+    world_size=world,
+    timeout=timedelta(seconds=60),
+)
+groups, seed, steps = int(os.environ["GROUPS"]), int(os.environ["SEED"]), int(os.environ["STEPS"])
+schedule = GroupSchedule(world, groups, seed)
+# A 5-element vector so chunks of unequal size are exercised; element 0 carries x_i = i.
+x = torch.tensor([float(rank), 1.0 * rank * rank, -3.0 * rank, 0.5, float(rank) / 3], dtype=torch.float64)
+history = []
+for step in range(steps):
+    members = schedule.members_of(step, rank)
+    group_ring_sum(x, members, rank)
+    x.div_(len(members))
+    history.append(x.tolist())
+Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps({"history": history}))
+dist.destroy_process_group()

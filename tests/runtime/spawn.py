@@ -1,0 +1,54 @@
+"""Run a script as WORLD ranks on loopback (gloo), with a deadline and no process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hetero_runtime.local import free_port
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def run_ranks(
+    script: str, world: int, out_dir: Path, timeout: float = 90.0, extra_env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Start `world` copies of scripts/`script`; each writes out_dir/rank-N.json. Returns those."""
+    port = free_port()
+    processes = []
+    try:
+        for rank in range(world):
+            env = dict(os.environ)
+            env.update(
+                {
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "OUT_DIR": str(out_dir),
+                    "OMP_NUM_THREADS": "1",
+                    **(extra_env or {}),
+                }
+            )
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, str(SCRIPTS / script)],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+        outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for rank, (p, output) in enumerate(zip(processes, outputs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{output}"
+    return [json.loads((out_dir / f"rank-{rank}.json").read_text()) for rank in range(world)]

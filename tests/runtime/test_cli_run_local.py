@@ -1,0 +1,58 @@
+"""`heterotrain run-local` end to end: the tiny transformer LM reaches its stated loss; bad input fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetero_runtime.examples.tiny_lm import TARGET_LOSS
+
+CLI = [sys.executable, "-m", "hetero_operator", "run-local"]
+
+
+@pytest.mark.timeout(200)
+def test_run_local_trains_the_tiny_language_model(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *CLI,
+            "--workers",
+            "3",
+            "--speeds",
+            "1,0.5,0.25",
+            "--strategy",
+            "data",
+            "--epochs",
+            "3",
+            "--global-batch",
+            "32",
+            "--work-dir",
+            str(tmp_path),
+            "tiny_lm",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done" in done.stderr and "validation_loss" in done.stderr
+    results = [json.loads((tmp_path / "results" / f"rank-{r}.json").read_text()) for r in range(3)]
+    assert results[0]["final_evaluation"]["validation_loss"] < TARGET_LOSS
+    assert [r["epochs"][0]["local_batch"] for r in results] == [18, 9, 5]
+
+
+def test_run_local_rejects_speeds_that_do_not_match_the_workers() -> None:
+    env = {**os.environ, "COLUMNS": "250"}
+    done = subprocess.run(
+        [*CLI, "--workers", "3", "--speeds", "1,0.5", "digits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode != 0
+    assert "one per worker" in done.stderr

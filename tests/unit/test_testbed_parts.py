@@ -1,0 +1,97 @@
+"""The test bed's pure parts: node manifests, Prometheus configuration, certificates, node lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from pydantic import ValidationError
+
+from hetero_operator.testbed import certs
+from hetero_operator.testbed.nodes import (
+    GPU_RESOURCE,
+    KWOK_ANNOTATION,
+    LOCAL_NODE_LABEL,
+    FakeNode,
+    NodeList,
+    node_manifest,
+)
+from hetero_operator.testbed.prometheus import LOOPBACK_ADDRESS, prometheus_config
+
+
+def test_fake_node_manifest_carries_gpus_labels_and_kwok_taint() -> None:
+    node = FakeNode.model_validate(
+        {"name": "a100-0", "gpuClass": "a100", "gpus": 8, "labels": {"nvidia.com/gpu.product": "A100"}}
+    )
+    manifest = node_manifest(node)
+    assert manifest["status"]["capacity"][GPU_RESOURCE] == "8"
+    assert manifest["status"]["allocatable"][GPU_RESOURCE] == "8"
+    assert manifest["metadata"]["labels"]["nvidia.com/gpu.product"] == "A100"
+    assert manifest["metadata"]["annotations"][KWOK_ANNOTATION] == "fake"
+    assert manifest["spec"]["taints"][0]["effect"] == "NoSchedule"
+
+
+def test_local_node_is_not_managed_by_kwok() -> None:
+    node = FakeNode(name="local-0", gpu_class="fast", gpus=1, local=True)
+    manifest = node_manifest(node)
+    assert KWOK_ANNOTATION not in manifest["metadata"]["annotations"]
+    assert manifest["metadata"]["labels"][LOCAL_NODE_LABEL] == "true"
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"nodes": []}, "nodes"),
+        ({"nodes": [{"name": "Bad_Name", "gpuClass": "a", "gpus": 1}]}, "name"),
+        ({"nodes": [{"name": "n", "gpuClass": "a", "gpus": -1}]}, "gpus"),
+        ({"nodes": [{"name": "n", "gpuClass": "a", "gpus": 1, "colour": "red"}]}, "colour"),
+        (
+            {"nodes": [{"name": "n", "gpuClass": "a", "gpus": 1}, {"name": "n", "gpuClass": "b", "gpus": 2}]},
+            "unique",
+        ),
+    ],
+)
+def test_bad_node_lists_name_the_field(raw: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        NodeList.model_validate(raw)
+
+
+def test_example_node_list_has_three_gpu_classes() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
+    nodes = NodeList.model_validate(yaml.safe_load(path.read_text()))
+    assert len({n.gpu_class for n in nodes.nodes}) >= 3
+
+
+def test_prometheus_keeps_only_annotated_loopback_pods() -> None:
+    config = prometheus_config(Path("/k/config"), "127.0.0.1:9090")
+    pods = next(j for j in config["scrape_configs"] if j["job_name"] == "kubernetes-pods")
+    assert pods["kubernetes_sd_configs"][0]["kubeconfig_file"] == "/k/config"
+    keeps = [r for r in pods["relabel_configs"] if r.get("action") == "keep"]
+    assert any(r["regex"] == "true" for r in keeps)
+    assert any(r["regex"] == LOOPBACK_ADDRESS for r in keeps)
+
+
+def test_loopback_pattern_rejects_other_addresses() -> None:
+    import re
+
+    pattern = re.compile(f"^(?:{LOOPBACK_ADDRESS})$")  # Prometheus anchors relabel regexes
+    assert pattern.match("127.200.0.5:9400")
+    assert not pattern.match("10.0.0.5:9400")
+    assert not pattern.match("192.168.1.2:80")
+
+
+def test_certificates_chain_to_the_ca_and_name_the_admin(tmp_path: Path) -> None:
+    pki = certs.generate(tmp_path)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    admin = x509.load_pem_x509_certificate(pki.admin_cert.read_bytes())
+    server = x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
+    admin.verify_directly_issued_by(ca)
+    server.verify_directly_issued_by(ca)
+    assert admin.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == certs.ADMIN_USER
+    assert admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in sans.get_values_for_type(x509.DNSName)
+    assert (pki.admin_key.stat().st_mode & 0o777) == 0o600

@@ -1,0 +1,1 @@
+"""heterotrain worker runtime: heterogeneity-aware training strategies on torch.distributed."""

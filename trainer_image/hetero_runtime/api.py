@@ -1,0 +1,66 @@
+"""The user API: hand over model, optimizer, dataset and loss; the runtime does the rest.
+
+    job = TrainingJob(model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                      dataset=train_set, loss_fn=torch.nn.functional.cross_entropy,
+                      evaluate=lambda m: {"accuracy": accuracy(m, test_set)}, epochs=5)
+    job.fit()
+
+Rank, world size, rendezvous, plan location, metrics port, checkpoints and simulated speed come from
+the environment that the operator's pods (or `heterotrain run-local`) set.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from hetero_operator.plan import Strategy
+from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
+from hetero_runtime.strategies.base import EvaluateFn, LossFn
+from hetero_runtime.trainer import Trainer, TrainingResult
+
+
+@dataclass
+class TrainingJob:
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    dataset: Dataset[Any]
+    loss_fn: LossFn
+    epochs: int = 1
+    global_batch: int = 64
+    strategy: Strategy = Strategy.DATA
+    evaluate: EvaluateFn | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    """Strategy options that are properties of the model rather than of the plan (e.g. hetpipe's
+    `layers`, the nn.Sequential to cut into stages)."""
+
+    def fit(self, env: WorkerEnv | None = None) -> TrainingResult:
+        """Train under the plan in effect; returns what this rank measured."""
+        torch.set_num_threads(1)
+        trainer = Trainer(
+            env=env or worker_env_from_os(),
+            ctx_parts={
+                "model": self.model,
+                "optimizer": self.optimizer,
+                "dataset": self.dataset,
+                "loss_fn": self.loss_fn,
+            },
+            epochs=self.epochs,
+            global_batch=self.global_batch,
+            strategy=self.strategy,
+            evaluate=self.evaluate,
+            strategy_options=self.options,
+        )
+        return trainer.run()
+
+
+def configure_logging(rank: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s rank{rank} %(levelname)s %(name)s: %(message)s",
+    )

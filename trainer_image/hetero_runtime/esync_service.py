@@ -1,0 +1,156 @@
+"""ESync's state query service: after every local step a worker asks whether to take another.
+
+The rule (ESync's QUERY-STATE): stop if you are the slowest worker, if the slowest has already
+stopped, or if one more step of yours would not end at least ε before the slowest finishes its
+current step. Times are stamped with the service's own clock on receipt, so worker clock skew
+cannot corrupt the prediction. Rank 0 runs it as a separate light process (stdlib only), so the
+service never competes with rank 0's training loop for the interpreter lock; it speaks JSON lines
+over TCP: `python -m hetero_runtime.esync_service PORT WORLD_SIZE MARGIN_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+RECENT_STEPS = 5
+
+
+@dataclass
+class DeviceRecord:
+    step_seconds: float = 0.0  # c: median of the device's recent step times
+    last_finish: float = 0.0  # service clock when it reported finishing that step
+    ready: bool = False
+    round: int = 0
+
+
+def decide_ready(
+    records: dict[int, DeviceRecord], rank: int, local_steps: int, margin: float, now: float
+) -> bool:
+    """Pure QUERY-STATE decision for `rank` after `local_steps` steps this round."""
+    if local_steps == 0:
+        return False
+    me = records[rank]
+    slowest = max(records, key=lambda r: (records[r].step_seconds, r))
+    other = records[slowest]
+    if other.round < me.round:  # the slowest has not finished the previous aggregation yet
+        return False
+    rest = other.step_seconds - (now - other.last_finish)
+    return slowest == rank or other.ready or me.step_seconds + margin > rest
+
+
+class StateService:
+    """Thread-safe record keeping plus the decision; `serve` exposes it on a TCP port."""
+
+    def __init__(self, world_size: int, margin_seconds: float) -> None:
+        self.margin = margin_seconds
+        self.records = {rank: DeviceRecord() for rank in range(world_size)}
+        self.recent: dict[int, list[float]] = {}
+        self.lock = threading.Lock()
+        self.server: socketserver.ThreadingTCPServer | None = None
+
+    def query(self, rank: int, local_steps: int, step_seconds: float) -> bool:
+        with self.lock:
+            now = time.monotonic()
+            record = self.records[rank]
+            if step_seconds > 0:  # a median of recent steps: one step delayed by the OS is not a slow device
+                recent = self.recent.setdefault(rank, [])
+                recent[:] = [*recent[-(RECENT_STEPS - 1) :], step_seconds]
+                record.step_seconds = statistics.median(recent)
+            record.last_finish = now
+            ready = decide_ready(self.records, rank, local_steps, self.margin, now)
+            if ready:
+                record.ready = True
+            return ready
+
+    def reset(self, rank: int, round_index: int) -> None:
+        with self.lock:
+            record = self.records[rank]
+            record.ready, record.round, record.last_finish = False, round_index, time.monotonic()
+
+    def serve(self, host: str, port: int) -> None:
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    message = json.loads(line)
+                    if message["op"] == "query":
+                        answer = service.query(message["rank"], message["k"], message["c"])
+                    else:
+                        service.reset(message["rank"], message["round"])
+                        answer = True
+                    self.wfile.write(b"1\n" if answer else b"0\n")
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+class StateClient:
+    """A worker's connection to the service (one request in flight at a time)."""
+
+    def __init__(self, host: str, port: int, timeout_seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                self.sock = socket.create_connection((host, port), timeout=timeout_seconds)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = self.sock.makefile("rb")
+
+    def _call(self, message: dict[str, object]) -> bool:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        return self.reader.readline().strip() == b"1"
+
+    def query(self, rank: int, local_steps: int, step_seconds: float) -> bool:
+        return self._call({"op": "query", "rank": rank, "k": local_steps, "c": step_seconds})
+
+    def reset(self, rank: int, round_index: int) -> None:
+        self._call({"op": "reset", "rank": rank, "round": round_index})
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+
+def start_service_process(port: int, world_size: int, margin_seconds: float) -> subprocess.Popen[bytes]:
+    """Run the service beside this worker; the caller terminates it when training ends."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetero_runtime.esync_service",
+            str(port),
+            str(world_size),
+            repr(margin_seconds),
+        ]
+    )
+
+
+def main(argv: list[str]) -> None:
+    port, world_size, margin = int(argv[0]), int(argv[1]), float(argv[2])
+    service = StateService(world_size, margin)
+    service.serve("0.0.0.0", port)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

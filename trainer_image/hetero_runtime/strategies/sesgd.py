@@ -1,0 +1,147 @@
+"""`sesgd`: one local step, then the updated parameters are averaged inside shuffled groups.
+
+Groups change every step and come from the planner's shared-seed schedule, so no rank ever sends a
+coordination message; the in-group average is a ring over point-to-point ops. Averaging parameters
+(not gradients) keeps each step's between-group differences in the local models. At each epoch end
+all replicas are averaged once so that evaluation, checkpoints and plan changes see one model.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hetero_operator.plan import Plan
+from hetero_operator.planner.sesgd import group_schedule
+from hetero_runtime.metrics import StepRecord
+from hetero_runtime.sampler import SamplerPosition
+from hetero_runtime.strategies.base import (
+    EpochStats,
+    WorkerContext,
+    apply_learning_rate_scale,
+    average_model,
+    broadcast_model,
+    copy_from_flat,
+    fetch_batch,
+    forward_loss,
+    trainable,
+)
+from hetero_runtime.strategies.group_ring import group_ring_sum
+
+VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
+
+
+class GroupSchedule:
+    """Step -> groups, extending the planner's deterministic schedule as training goes on."""
+
+    def __init__(self, world: int, groups: int, seed: int) -> None:
+        self.world, self.groups, self.seed = world, groups, seed
+        self._steps: list[list[list[int]]] = []
+
+    def groups_at(self, step: int) -> list[list[int]]:
+        if step >= len(self._steps):
+            self._steps = group_schedule(self.world, self.groups, self.seed, max(2 * step, 64))
+        return self._steps[step]
+
+    def members_of(self, step: int, rank: int) -> list[int]:
+        return next(group for group in self.groups_at(step) if rank in group)
+
+
+class SESGDStrategy:
+    name = "sesgd"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.params = trainable(ctx.model)
+        self.global_step = 0
+        self.schedule: GroupSchedule | None = None
+        self.verify = os.environ.get(VERIFY_ENV) == "1"
+
+    def start(self, plan: Plan) -> None:
+        if self.ctx.world_size > 1:
+            broadcast_model(self.ctx.model)
+        self.apply_plan(plan)
+
+    def apply_plan(self, plan: Plan) -> None:
+        assert plan.sesgd is not None
+        self.schedule = GroupSchedule(plan.world_size, plan.sesgd.groups, plan.sesgd.seed)
+        apply_learning_rate_scale(self.ctx, plan.learning_rate_scale)
+
+    def _average_in_group(self, members: list[int]) -> float:
+        """Replace the parameters by their group mean; returns |Δ Σ_ranks params| when verifying."""
+        with torch.no_grad():
+            flat = torch.cat([p.data.reshape(-1) for p in self.params])
+            before = self._world_sum(flat) if self.verify else None
+            group_ring_sum(flat, members, self.ctx.rank)
+            flat.div_(len(members))
+            copy_from_flat(self.params, flat)
+            if before is None:
+                return 0.0
+            after = self._world_sum(flat)
+            return float((after - before).abs().max() / before.abs().max().clamp_min(1e-12))
+
+    def _world_sum(self, flat: torch.Tensor) -> torch.Tensor:
+        total = flat.to(torch.float64)
+        dist.all_reduce(total)
+        return total
+
+    def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
+        ctx = self.ctx
+        assert self.schedule is not None
+        ctx.model.train()
+        loss_sum = compute_sum = comm_sum = 0.0
+        samples = steps = 0
+        worst_mean_drift = 0.0
+        started = time.perf_counter()
+        for step in ctx.sampler.epoch(position, plan.local_batches):
+            t0 = time.perf_counter()
+            watch = ctx.simulator.begin()
+            local_batch = step.sizes[ctx.rank]
+            ctx.optimizer.zero_grad(set_to_none=True)
+            loss = forward_loss(ctx.model, ctx.loss_fn, fetch_batch(ctx.dataset, step.indices))
+            loss.backward()
+            ctx.optimizer.step()  # x̂ = x − η∇f(x): the local step comes before the averaging
+            compute = ctx.simulator.finish(watch)
+            sync_start = time.perf_counter()
+            if ctx.world_size > 1:
+                members = self.schedule.members_of(self.global_step, ctx.rank)
+                worst_mean_drift = max(worst_mean_drift, self._average_in_group(members))
+            comm = time.perf_counter() - sync_start
+            self.global_step += 1
+            ctx.metrics.record_step(
+                StepRecord(compute, sync_start - t0, comm, time.perf_counter() - t0, local_batch)
+            )
+            ctx.metrics.set_loss(float(loss.detach()))
+            loss_sum += float(loss.detach())
+            compute_sum += compute
+            comm_sum += comm
+            samples += local_batch
+            steps += 1
+        average_model(ctx.model, ctx.world_size)
+        extra = {"relative_mean_drift": worst_mean_drift} if self.verify else {}
+        return EpochStats(
+            loss=loss_sum / max(steps, 1),
+            samples=samples,
+            steps=steps,
+            compute_seconds=compute_sum,
+            comm_seconds=comm_sum,
+            wall_seconds=time.perf_counter() - started,
+            extra=extra,
+        )
+
+    def evaluation_model(self) -> nn.Module:
+        return self.ctx.model
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_step": self.global_step}
+
+    def close(self) -> None:
+        pass
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_step = int(state.get("global_step", 0))

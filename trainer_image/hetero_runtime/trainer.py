@@ -1,0 +1,274 @@
+"""The worker's main loop: process group, plan at every epoch boundary, strategy epochs, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hetero_operator.plan import Plan, Strategy, even_local_batches
+from hetero_runtime import checkpoint
+from hetero_runtime.launcher import WorkerEnv
+from hetero_runtime.metrics import WorkerMetrics
+from hetero_runtime.plan_client import PlanTracker, plan_source_from_spec
+from hetero_runtime.progress import emit_progress
+from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
+from hetero_runtime.simulate import SpeedSimulator
+from hetero_runtime.strategies import build_strategy
+from hetero_runtime.strategies.base import EvaluateFn, TrainingStrategy, WorkerContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochReport:
+    epoch: int
+    plan_version: int
+    local_batch: int
+    loss: float
+    samples: int
+    steps: int
+    compute_seconds: float
+    comm_seconds: float
+    wall_seconds: float
+    evaluation: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainingResult:
+    rank: int
+    world_size: int
+    strategy: str
+    resumed_from_epoch: int | None
+    epochs: list[EpochReport]
+    plan_history: list[tuple[int, int]]  # (epoch, plan version) at every change
+    final_evaluation: dict[str, float]
+
+
+def _broadcast_object(value: Any, world_size: int) -> Any:
+    if world_size == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def default_plan(world_size: int, global_batch: int, strategy: Strategy) -> Plan:
+    """Even split when no plan source is configured (a single process or a quick local run)."""
+    return Plan(
+        version=0,
+        strategy=strategy,
+        world_size=world_size,
+        global_batch=global_batch,
+        local_batches=even_local_batches(global_batch, world_size),
+    )
+
+
+class Trainer:
+    def __init__(
+        self,
+        env: WorkerEnv,
+        ctx_parts: dict[str, Any],
+        epochs: int,
+        global_batch: int,
+        strategy: Strategy,
+        evaluate: EvaluateFn | None,
+        strategy_options: dict[str, Any],
+    ) -> None:
+        self.env = env
+        self.epochs = env.epochs or epochs
+        self.fallback = default_plan(env.world_size, global_batch, strategy)
+        self.evaluate = evaluate
+        metrics = WorkerMetrics(env.job_name, env.rank, env.gpu_class)
+        simulator = SpeedSimulator(env.simulated_speed)
+        metrics.set_simulated_speed(simulator.speed)
+        self.ctx = WorkerContext(
+            env=env,
+            metrics=metrics,
+            simulator=simulator,
+            sampler=UnevenBatchSampler(len(ctx_parts["dataset"]), env.rank, env.seed),
+            **ctx_parts,
+        )
+        self.strategy_options = strategy_options
+
+    def run(self) -> TrainingResult:
+        env = self.env
+        if env.world_size > 1 and not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(
+                backend,
+                init_method=env.init_method,
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=timedelta(seconds=120),
+            )
+        try:
+            return self._train()
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def _train(self) -> TrainingResult:
+        env, ctx = self.env, self.ctx
+        ctx.simulator.announce(env.rank)
+        if env.metrics_port is not None:
+            ctx.metrics.serve(env.metrics_port)
+        tracker = None
+        if env.rank == 0 and env.plan_source is not None:
+            tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
+
+        resumed = self._load_checkpoint()
+        start_epoch, position = 0, SamplerPosition(0, 0)
+        plan: Plan | None = None
+        history: list[tuple[int, int]] = []
+        if resumed is not None:
+            start_epoch = resumed["epochs_done"]
+            position = SamplerPosition(**resumed["position"])
+            saved_plan = Plan.from_json(resumed["plan"])
+            if saved_plan.fits_world(env.world_size) is None:
+                plan = saved_plan
+            history = [(int(epoch), int(version)) for epoch, version in resumed["plan_history"]]
+            if tracker is not None:
+                tracker.current = plan
+        plan = self._plan_for_epoch(tracker, plan, start_epoch)
+        strategy = build_strategy(plan.strategy, ctx, self.strategy_options)
+        if resumed is not None:
+            strategy.load_state_dict(resumed["strategy"])
+        strategy.start(plan)
+        if not history or history[-1][1] != plan.version:
+            history.append((start_epoch, plan.version))
+
+        try:
+            reports = self._epochs(strategy, plan, start_epoch, position, history, tracker)
+        finally:
+            strategy.close()
+        result = TrainingResult(
+            rank=env.rank,
+            world_size=env.world_size,
+            strategy=plan.strategy.value,
+            resumed_from_epoch=start_epoch if resumed is not None else None,
+            epochs=reports,
+            plan_history=history,
+            final_evaluation=reports[-1].evaluation if reports else {},
+        )
+        if env.result_file is not None:
+            env.result_file.parent.mkdir(parents=True, exist_ok=True)
+            env.result_file.write_text(json.dumps(asdict(result), indent=2))
+        return result
+
+    def _epochs(
+        self,
+        strategy: TrainingStrategy,
+        plan: Plan,
+        start_epoch: int,
+        position: SamplerPosition,
+        history: list[tuple[int, int]],
+        tracker: PlanTracker | None,
+    ) -> list[EpochReport]:
+        env, ctx = self.env, self.ctx
+        reports: list[EpochReport] = []
+        for epoch in range(start_epoch, self.epochs):
+            if epoch > start_epoch:
+                new_plan = self._plan_for_epoch(tracker, plan, epoch)
+                if new_plan.version != plan.version:
+                    plan = new_plan
+                    strategy.apply_plan(plan)
+                    history.append((epoch, plan.version))
+            if position.epoch != epoch:
+                position = SamplerPosition(epoch, 0)
+            ctx.metrics.set_epoch(epoch)
+            ctx.metrics.set_plan_version(plan.version)
+            stats = strategy.run_epoch(position, plan)
+            position = SamplerPosition(epoch + 1, 0)
+            evaluation = self._evaluate(strategy)
+            report = EpochReport(
+                epoch=epoch,
+                plan_version=plan.version,
+                local_batch=plan.local_batches[env.rank],
+                loss=stats.loss,
+                samples=stats.samples,
+                steps=stats.steps,
+                compute_seconds=stats.compute_seconds,
+                comm_seconds=stats.comm_seconds,
+                wall_seconds=stats.wall_seconds,
+                evaluation=evaluation,
+                extra=stats.extra,
+            )
+            reports.append(report)
+            done = epoch + 1
+            if done % env.checkpoint_every_epochs == 0 or done == self.epochs:
+                self._save_checkpoint(strategy, done, position, plan, history)
+            if env.rank == 0:
+                emit_progress({**asdict(report), "epoch": done, "epochs": self.epochs})
+        return reports
+
+    def _plan_for_epoch(self, tracker: PlanTracker | None, current: Plan | None, epoch: int) -> Plan:
+        """Rank 0 reads the newest plan; every rank receives the same one."""
+        text = None
+        if self.env.rank == 0:
+            chosen = tracker.plan_for_epoch(epoch) if tracker is not None else current
+            if chosen is None:
+                chosen = current or self.fallback
+                if tracker is not None:
+                    tracker.current = chosen
+                log.warning("no valid plan from the source; running plan version %d", chosen.version)
+            text = chosen.to_json()
+        text = _broadcast_object(text, self.env.world_size)
+        return Plan.from_json(text)
+
+    def _evaluate(self, strategy: TrainingStrategy) -> dict[str, float]:
+        model = strategy.evaluation_model()
+        if self.evaluate is None or model is None:
+            return {}
+        model.eval()
+        with torch.no_grad():
+            values = self.evaluate(model)
+        model.train()
+        return {key: float(value) for key, value in values.items()}
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        state = None
+        if self.env.rank == 0:
+            path = checkpoint.latest_checkpoint(self.env.checkpoint_dir)
+            if path is not None:
+                state = checkpoint.load(path)
+                log.info("resuming from %s (%d epochs done)", path, state["epochs_done"])
+        state = _broadcast_object(state, self.env.world_size)
+        if state is None:
+            return None
+        self.ctx.model.load_state_dict(state["model"])
+        self.ctx.optimizer.load_state_dict(state["optimizer"])
+        return state
+
+    def _save_checkpoint(
+        self,
+        strategy: TrainingStrategy,
+        epochs_done: int,
+        position: SamplerPosition,
+        plan: Plan,
+        history: list[tuple[int, int]],
+    ) -> None:
+        if self.env.checkpoint_dir is None or self.env.rank != 0:
+            return
+        started = time.perf_counter()
+        model = strategy.evaluation_model()
+        assert model is not None, "rank 0 always holds the full model at an epoch boundary"
+        state = {
+            "epochs_done": epochs_done,
+            "position": asdict(position),
+            "model": model.state_dict(),
+            "optimizer": self.ctx.optimizer.state_dict(),
+            "strategy": strategy.state_dict(),
+            "plan": plan.to_json(),
+            "plan_history": history,
+        }
+        path = checkpoint.checkpoint_path(self.env.checkpoint_dir, epochs_done)
+        checkpoint.save_atomic(state, path)
+        log.info("checkpoint %s written in %.3fs", path.name, time.perf_counter() - started)
