@@ -11,6 +11,11 @@ from __future__ import annotations
 LABEL_JOB = "heterotrain_job"
 LABEL_RANK = "rank"
 LABEL_GPU_CLASS = "gpu_class"
+# Step histograms and counters also carry the plan version, so the rebalancer can average exactly
+# the steps that ran under one split, whatever the scrape timing.
+LABEL_PLAN_VERSION = "plan_version"
+# Set by Prometheus from the pod, not by the worker.
+LABEL_NAMESPACE = "namespace"
 WORKER_LABELS: tuple[str, str, str] = (LABEL_JOB, LABEL_RANK, LABEL_GPU_CLASS)
 
 # Per step, seconds (histograms).

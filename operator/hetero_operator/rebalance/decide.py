@@ -1,0 +1,180 @@
+"""The rebalancing decision as a pure function: measurements and history in, the next plan (or why
+not) out. Nothing here talks to Kubernetes or Prometheus."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetero_operator.plan import Plan, Strategy
+from hetero_operator.planner import (
+    LrScaling,
+    PerfSample,
+    PlanningError,
+    WorkerSpec,
+    choose_global_batch,
+    lr_factor,
+    next_split,
+    optimal_split,
+    predict_iteration_time,
+)
+from hetero_operator.planner.fitting import WarmupStage
+from hetero_operator.planner.goodput import geometric_candidates
+from hetero_operator.rebalance.measurements import JobMeasurements
+
+HISTORY_PER_WORKER = 8
+# Strategies whose plan is a per-rank batch split the rebalancer can change between epochs.
+SPLIT_STRATEGIES = frozenset({Strategy.DATA, Strategy.ESYNC, Strategy.DREAMDDP, Strategy.SESGD})
+
+History = Mapping[int, Sequence[PerfSample]]
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """What the job's spec allows the rebalancer to do."""
+
+    base_global_batch: int
+    minimum: int
+    maximum: int
+    adaptive: bool
+    min_improvement: float
+    per_worker_max: tuple[int | None, ...]
+    lr_scaling: LrScaling = LrScaling.SQRT
+
+
+@dataclass(frozen=True)
+class RebalanceDecision:
+    plan: Plan | None
+    reason: str
+    stage: str
+    measured_seconds: float
+    predicted_current_seconds: float | None = None
+    predicted_new_seconds: float | None = None
+
+
+def record(history: History, measured: JobMeasurements, plan: Plan) -> dict[int, list[PerfSample]]:
+    """History with one sample per rank added for the plan just measured (bounded, oldest dropped)."""
+    updated = {rank: list(samples) for rank, samples in history.items()}
+    for worker in measured.workers:
+        batch = plan.local_batches[worker.rank] if worker.rank < len(plan.local_batches) else 0
+        if batch <= 0:
+            continue
+        sample = PerfSample(
+            batch=batch,
+            compute_ms=worker.compute_seconds * 1e3,
+            sync_start_ms=worker.sync_start_seconds * 1e3,
+            comm_ms=worker.comm_seconds * 1e3,
+        )
+        updated[worker.rank] = [*updated.get(worker.rank, []), sample][-HISTORY_PER_WORKER:]
+    return updated
+
+
+def measured_iteration_seconds(measured: JobMeasurements) -> float:
+    """A synchronous step ends when the slowest rank ends: the largest mean step time."""
+    return max(w.step_seconds for w in measured.workers)
+
+
+def _per_sample_ms(history: History, ranks: int) -> list[float]:
+    out = []
+    for rank in range(ranks):
+        latest = history[rank][-1]
+        out.append(latest.compute_ms / max(latest.batch, 1))
+    return out
+
+
+def _predict_ms(per_sample_ms: Sequence[float], batches: Sequence[int]) -> float:
+    return float(np.max(np.asarray(per_sample_ms) * np.asarray(batches)))
+
+
+def decide(
+    current: Plan,
+    history: History,
+    policy: BatchPolicy,
+    measured: JobMeasurements,
+    apply_at_epoch: int,
+) -> RebalanceDecision:
+    """The next plan, written only when its predicted gain reaches `policy.min_improvement`."""
+    measured_s = measured_iteration_seconds(measured)
+    if current.strategy not in SPLIT_STRATEGIES:
+        return RebalanceDecision(
+            None, f"strategy {current.strategy.value} keeps its split", "none", measured_s
+        )
+    ranks = current.world_size
+    workers = [
+        WorkerSpec(
+            name=str(rank),
+            min_batch=1,
+            max_batch=policy.per_worker_max[rank] if rank < len(policy.per_worker_max) else None,
+        )
+        for rank in range(ranks)
+    ]
+    named = {str(rank): list(samples) for rank, samples in history.items()}
+    global_batch = current.global_batch
+    try:
+        split = next_split(global_batch, workers, named)
+    except PlanningError as err:
+        return RebalanceDecision(None, f"the planner found no split: {err}", "none", measured_s)
+    if split.stage is WarmupStage.EVEN:
+        return RebalanceDecision(
+            None, "waiting for every worker's first measurement", split.stage.value, measured_s
+        )
+
+    lr_scale = current.learning_rate_scale
+    if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
+        cluster = split.cluster
+        predicted_current = predict_iteration_time(cluster, current.local_batches)
+        new_batches = split.local_batches
+        predicted_new = split.predicted_ms or predict_iteration_time(cluster, new_batches)
+        if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
+            candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
+            best = choose_global_batch(cluster, candidates, measured.noise_scale, policy.base_global_batch)
+            if best.global_batch != global_batch:
+                chosen = optimal_split(cluster, best.global_batch)
+                # Compare goodput (samples per ms weighted by statistical efficiency), not step time.
+                table_now = choose_global_batch(
+                    cluster, [global_batch], measured.noise_scale, policy.base_global_batch
+                )
+                if best.goodput >= table_now.goodput * (1 + policy.min_improvement):
+                    global_batch = best.global_batch
+                    new_batches = chosen.local_batches
+                    predicted_new = chosen.iteration_time
+                    lr_scale = lr_factor(policy.lr_scaling, global_batch, policy.base_global_batch)
+    else:
+        per_sample = _per_sample_ms(history, ranks)
+        new_batches = split.local_batches
+        predicted_current = _predict_ms(per_sample, current.local_batches)
+        predicted_new = _predict_ms(per_sample, new_batches)
+
+    changed_batch = global_batch != current.global_batch
+    gain = predicted_current / predicted_new - 1 if predicted_new > 0 else 0.0
+    if tuple(new_batches) == tuple(current.local_batches) and not changed_batch:
+        reason = "the current split is already the best predicted"
+        return RebalanceDecision(
+            None, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
+        )
+    if not changed_batch and gain < policy.min_improvement:
+        reason = f"predicted gain {gain:.1%} is below the threshold {policy.min_improvement:.1%}"
+        return RebalanceDecision(
+            None, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
+        )
+    plan = current.model_copy(
+        update={
+            "version": current.version + 1,
+            "apply_at_epoch": apply_at_epoch,
+            "global_batch": global_batch,
+            "local_batches": list(new_batches),
+            "learning_rate_scale": lr_scale,
+            "predicted_iteration_seconds": predicted_new / 1e3,
+        }
+    )
+    Plan.model_validate(plan.model_dump())  # the copy skipped validation: check the new split adds up
+    if changed_batch:
+        reason = f"total batch {current.global_batch} -> {global_batch} for goodput ({split.stage.value})"
+    else:
+        step = f"{predicted_current:.0f} ms -> {predicted_new:.0f} ms"
+        reason = f"predicted step {step} ({gain:+.0%}, {split.stage.value})"
+    return RebalanceDecision(
+        plan, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
+    )
