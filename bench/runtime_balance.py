@@ -4,7 +4,7 @@ One run, three loopback workers at simulated speeds 1, 0.5, 0.25, the same model
 synchronous step (uneven-batch weighted all-reduce). Phases, in order:
   1. even split (what plain DDP does), measured;
   2. the planner's warm-up split from phase 1 (inverse per-sample time);
-  3. two rebalancing rounds: the planner's `next_split` on the last two phases' measurements
+  3. four rebalancing rounds: the planner's `next_split` on the last two phases' measurements
      (OptPerf once two batch sizes were seen; what the operator's rebalancer does once per epoch);
   4. the final OptPerf split, measured.
 Reported: samples/s of phases 1 and 4, `speedup_vs_even`, and `efficiency` = phase-4 samples/s
@@ -196,11 +196,11 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         config = {
-            "global_batch": 1024,
+            "global_batch": 256,
             "length": 64,
             "steps": 12 if args.quick else 40,
             "warmup_steps": 6 if args.quick else 12,
-            "rebalances": 2,
+            "rebalances": 4,
             "base_speed": args.base_speed,
             "out": str(Path(tmp) / "result.json"),
         }

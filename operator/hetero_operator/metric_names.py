@@ -62,3 +62,38 @@ def histogram_sum(histogram: str) -> str:
 
 def histogram_count(histogram: str) -> str:
     return f"{histogram}_count"
+
+
+# --- Operator --------------------------------------------------------------------------------------
+# Exported by the operator on --metrics-port. Label names for these series:
+LABEL_QUEUE = "queue"
+LABEL_PHASE = "phase"
+
+OPERATOR_QUEUE_LENGTH = "heterotrain_operator_queue_length"
+"""Gauge per queue: jobs waiting to be placed after the last scheduling cycle."""
+OPERATOR_CYCLE_SECONDS = "heterotrain_operator_scheduling_cycle_seconds"
+"""Histogram: wall time of one whole cycle (lifecycle steps, schedule(), applying its decisions)."""
+OPERATOR_SCHEDULE_SECONDS = "heterotrain_operator_schedule_seconds"
+"""Histogram: time of the pure schedule() call alone."""
+OPERATOR_PLACEMENT_SECONDS = "heterotrain_operator_creation_to_placement_seconds"
+"""Histogram: from a job's creation to its first placement."""
+OPERATOR_JOBS = "heterotrain_operator_jobs"
+"""Gauge per phase: HeteroTrainJobs the operator sees."""
+OPERATOR_GPUS_ALLOCATED = "heterotrain_operator_gpus_allocated"
+"""Gauge per GPU class (label gpu_class): GPUs held by placed jobs."""
+OPERATOR_PREEMPTIONS = "heterotrain_operator_preemptions"
+"""Counter: jobs stopped (checkpoint first) to make room, resizes included."""
+OPERATOR_RESTARTS = "heterotrain_operator_restarts"
+"""Counter: worker-group restarts after a failure."""
+OPERATOR_PLACEMENTS = "heterotrain_operator_placements"
+"""Counter: jobs placed."""
+
+# --- Operator HTTP API -------------------------------------------------------------------------------
+LABEL_ROUTE = "route"
+LABEL_METHOD = "method"
+LABEL_CODE = "code"
+
+API_REQUESTS = "heterotrain_api_requests"
+"""Counter per route (path template), method and status code: requests to the operator's HTTP API."""
+API_REQUEST_SECONDS = "heterotrain_api_request_seconds"
+"""Histogram per route and method: time to answer one API request."""

@@ -56,3 +56,31 @@ def test_run_local_rejects_speeds_that_do_not_match_the_workers() -> None:
     )
     assert done.returncode != 0
     assert "one per worker" in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_worker_command_runs_a_single_process_job_from_the_environment(tmp_path: Path) -> None:
+    """What a pod runs: no plan source and one worker, so an even default plan (version 0) is used."""
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "HETEROTRAIN_EPOCHS": "2",
+        "HETEROTRAIN_RESULT_FILE": str(tmp_path / "result.json"),
+        "HETEROTRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "hetero_operator", "worker", "digits"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["plan_history"] == [[0, 0]] and len(result["epochs"]) == 2
+    assert result["epochs"][0]["local_batch"] == 64
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "checkpoint-epoch-000001.pt",
+        "checkpoint-epoch-000002.pt",
+    ]

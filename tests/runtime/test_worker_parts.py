@@ -44,19 +44,28 @@ def test_worker_env_parsing_and_errors() -> None:
 
 def test_metrics_are_served_with_shared_names_and_labels() -> None:
     metrics = WorkerMetrics("job-a", 1, "v100")
+    metrics.set_plan_version(3)
     metrics.record_step(StepRecord(0.02, 0.021, 0.005, 0.03, 18))
     metrics.record_step(StepRecord(0.04, 0.041, 0.001, 0.05, 18))
     metrics.set_plan_version(7)
+    metrics.record_step(StepRecord(0.5, 0.5, 0.1, 0.7, 20))
     metrics.set_loss(0.5)
     port = free_port()
     metrics.serve(port, addr="127.0.0.1")
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     labels = f'{names.LABEL_GPU_CLASS}="v100",{names.LABEL_JOB}="job-a",{names.LABEL_RANK}="1"'
-    assert f"{names.histogram_sum(names.STEP_COMPUTE_SECONDS)}{{{labels}}} 0.06" in text
-    assert f"{names.histogram_count(names.STEP_COMM_SECONDS)}{{{labels}}} 2.0" in text
-    assert f"{names.total(names.SAMPLES)}{{{labels}}} 36.0" in text
+    # Step series are kept apart per plan version, so one split's steps can be averaged alone.
+    v3 = (
+        f'{names.LABEL_GPU_CLASS}="v100",{names.LABEL_JOB}="job-a",'
+        f'{names.LABEL_PLAN_VERSION}="3",{names.LABEL_RANK}="1"'
+    )
+    v7 = v3.replace('"3"', '"7"')
+    assert f"{names.histogram_sum(names.STEP_COMPUTE_SECONDS)}{{{v3}}} 0.06" in text
+    assert f"{names.histogram_count(names.STEP_COMM_SECONDS)}{{{v3}}} 2.0" in text
+    assert f"{names.histogram_count(names.STEP_COMM_SECONDS)}{{{v7}}} 1.0" in text
+    assert f"{names.total(names.SAMPLES)}{{{v3}}} 36.0" in text
     assert f"{names.PLAN_VERSION}{{{labels}}} 7.0" in text
-    assert f"{names.LOCAL_BATCH}{{{labels}}} 18.0" in text
+    assert f"{names.LOCAL_BATCH}{{{labels}}} 20.0" in text
 
 
 def test_checkpoints_are_atomic_and_latest_wins(tmp_path: Path) -> None:

@@ -113,6 +113,9 @@ class LocalJobSpec:
     metrics_ports: list[int] | None = None
     seed: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
+    master_addr: str = "127.0.0.1"
+    launch_prefixes: list[list[str]] | None = None
+    """Per rank, a command prefix (e.g. `ip netns exec NS`) to run the worker in another network."""
 
     @property
     def workers(self) -> int:
@@ -139,7 +142,7 @@ def worker_environment(spec: LocalJobSpec, rank: int, port: int) -> dict[str, st
         {
             contract.RANK_ENV: str(rank),
             contract.WORLD_SIZE_ENV: str(spec.workers),
-            contract.MASTER_ADDR_ENV: "127.0.0.1",
+            contract.MASTER_ADDR_ENV: spec.master_addr,
             contract.MASTER_PORT_ENV: str(port),
             contract.PLAN_SOURCE_ENV: str(spec.plan_file),
             contract.CHECKPOINT_DIR_ENV: str(spec.checkpoint_dir),
@@ -192,8 +195,9 @@ class LocalJob:
         for rank in range(self.spec.workers):
             log_handle = self.spec.log_file(rank).open("a")
             self._logs.append(log_handle)
+            prefix = self.spec.launch_prefixes[rank] if self.spec.launch_prefixes else []
             process = subprocess.Popen(
-                [sys.executable, "-m", "hetero_runtime.worker", self.spec.target],
+                [*prefix, sys.executable, "-m", "hetero_runtime.worker", self.spec.target],
                 env=worker_environment(self.spec, rank, port),
                 stdout=subprocess.PIPE,
                 stderr=log_handle,

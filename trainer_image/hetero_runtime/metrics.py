@@ -28,9 +28,12 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         labels = names.WORKER_LABELS
         self._values = (job, str(rank), gpu_class)
+        # Per-step series also carry the plan version: the rebalancer averages exactly one split's steps.
+        step_labels = (*labels, names.LABEL_PLAN_VERSION)
+        self._plan_version = "0"
 
         def histogram(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, labels, registry=self.registry, buckets=_STEP_BUCKETS)
+            return Histogram(name, doc, step_labels, registry=self.registry, buckets=_STEP_BUCKETS)
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labels, registry=self.registry)
@@ -46,8 +49,8 @@ class WorkerMetrics:
         self.simulated_speed = gauge(names.SIMULATED_SPEED, "Simulated fraction of full speed (1 = real)")
         self.local_steps = gauge(names.LOCAL_STEPS, "Local steps in the last round")
         self.noise_scale = gauge(names.GRADIENT_NOISE_SCALE, "Gradient noise scale estimate")
-        self.samples = Counter(names.SAMPLES, "Samples trained on", labels, registry=self.registry)
-        self.steps = Counter(names.STEPS, "Steps taken", labels, registry=self.registry)
+        self.samples = Counter(names.SAMPLES, "Samples trained on", step_labels, registry=self.registry)
+        self.steps = Counter(names.STEPS, "Steps taken", step_labels, registry=self.registry)
         self.simulated_speed.labels(*self._values).set(1.0)
         self.local_steps.labels(*self._values).set(1)
 
@@ -55,12 +58,12 @@ class WorkerMetrics:
         start_http_server(port, addr=addr, registry=self.registry)
 
     def record_step(self, record: StepRecord) -> None:
-        v = self._values
+        v = (*self._values, self._plan_version)
         self.compute.labels(*v).observe(record.compute_seconds)
         self.sync_start.labels(*v).observe(record.sync_start_seconds)
         self.comm.labels(*v).observe(record.comm_seconds)
         self.step.labels(*v).observe(record.step_seconds)
-        self.local_batch.labels(*v).set(record.local_batch)
+        self.local_batch.labels(*self._values).set(record.local_batch)
         self.samples.labels(*v).inc(record.local_batch)
         self.steps.labels(*v).inc()
 
@@ -72,6 +75,7 @@ class WorkerMetrics:
 
     def set_plan_version(self, version: int) -> None:
         self.plan_version.labels(*self._values).set(version)
+        self._plan_version = str(version)
 
     def set_simulated_speed(self, speed: float) -> None:
         self.simulated_speed.labels(*self._values).set(speed)

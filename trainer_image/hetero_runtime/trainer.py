@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -101,7 +102,8 @@ class Trainer:
     def run(self) -> TrainingResult:
         env = self.env
         if env.world_size > 1 and not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            # CPU tensors (plans, norms, small control messages) always go over gloo.
+            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
             dist.init_process_group(
                 backend,
                 init_method=env.init_method,
@@ -119,7 +121,8 @@ class Trainer:
         env, ctx = self.env, self.ctx
         ctx.simulator.announce(env.rank)
         if env.metrics_port is not None:
-            ctx.metrics.serve(env.metrics_port)
+            # Each pod has its own address; binding to it lets pods share a host without port clashes.
+            ctx.metrics.serve(env.metrics_port, addr=os.environ.get("POD_IP") or "0.0.0.0")
         tracker = None
         if env.rank == 0 and env.plan_source is not None:
             tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
@@ -218,7 +221,9 @@ class Trainer:
                 chosen = current or self.fallback
                 if tracker is not None:
                     tracker.current = chosen
-                log.warning("no valid plan from the source; running plan version %d", chosen.version)
+                    log.warning("no valid plan from the source; running plan version %d", chosen.version)
+                else:
+                    log.info("no plan source configured; running an even split of %d", chosen.global_batch)
             text = chosen.to_json()
         text = _broadcast_object(text, self.env.world_size)
         return Plan.from_json(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hetero_operator.cli import demo, plan, runtime, testbed
+from hetero_operator.cli import demo, jobs, plan, runtime, simulate, testbed
 
 app = typer.Typer(
     name="heterotrain",
@@ -16,6 +16,12 @@ app.add_typer(testbed.app, name="testbed")
 app.add_typer(plan.app, name="plan")
 runtime.register(app)
 app.command("demo")(demo.demo)
+app.command("simulate")(simulate.simulate)
+app.command("jobs")(jobs.jobs_command)
+app.command("describe")(jobs.describe_command)
+app.command("whatif")(jobs.whatif_command)
+app.command("logs")(jobs.logs_command)
+app.command("api")(jobs.api_command)
 
 
 def main() -> None:

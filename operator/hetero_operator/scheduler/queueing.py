@@ -111,7 +111,9 @@ def plan_preemption(
     )
     victims = [j for j in candidates if j.priority < head.priority]
     shrinkable = [
-        j for j in candidates if j.priority < head.priority or (reclaim_growth and j.priority == head.priority)
+        j
+        for j in candidates
+        if j.priority < head.priority or (reclaim_growth and j.priority == head.priority)
     ]
     plan = PreemptionPlan(head.key)
     freed = 0

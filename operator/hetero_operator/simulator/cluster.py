@@ -113,7 +113,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     names = Counter(n.name for n in nodes)
     repeated = sorted(n for n, k in names.items() if k > 1)
     if repeated:
-        raise ClusterFileError(f"nodeGroups: node names collide ({repeated[0]}); give groups distinct namePrefix")
+        raise ClusterFileError(
+            f"nodeGroups: node names collide ({repeated[0]}); give groups distinct namePrefix"
+        )
     return Cluster(classes, tuple(nodes))
 
 
@@ -137,12 +139,3 @@ def load_cluster(path: Path) -> Cluster:
     except yaml.YAMLError as exc:
         raise ClusterFileError(f"{path}: not valid YAML ({exc})") from exc
     return parse_cluster(data)
-
-
-def uniform_cluster(classes: list[ClassSpec], gpus_per_class: dict[str, int], gpus_per_node: int = 8) -> Cluster:
-    """A cluster with ``gpus_per_class`` GPUs of each class on nodes of ``gpus_per_node``."""
-    groups = [
-        NodeGroupSpec(gpuClass=name, nodes=count // gpus_per_node, gpusPerNode=gpus_per_node)
-        for name, count in gpus_per_class.items()
-    ]
-    return build_cluster(ClusterSpec(classes=classes, nodeGroups=groups))

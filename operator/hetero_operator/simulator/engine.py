@@ -28,6 +28,7 @@ from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.rates import allocation_rate
 from hetero_operator.simulator.trace import TraceJob
 
+
 class SimulationError(RuntimeError):
     """The simulation cannot go on: a policy broke an invariant or jobs can never start."""
 
@@ -219,8 +220,8 @@ class Simulation:
         if self.on_finish is not None:
             self.on_finish(self.finished, len(self.jobs))
 
-    def _apply(self, decided: Decisions) -> bool:
-        """Apply one cycle's decisions; True when running jobs lost GPUs (worth another cycle)."""
+    def _apply(self, decided: Decisions) -> None:
+        """Apply one cycle's decisions: GPUs come back (preempt, shrink) before they are handed out."""
         for key in decided.preempt:
             self._stop(key)
             self.preemptions += 1
@@ -232,13 +233,14 @@ class Simulation:
             if key in self.runs:
                 raise SimulationError(f"{self.policy.name}: placed {key}, which is already running")
             self._start(key, allocation)
-        return bool(decided.preempt or decided.shrink)
 
-    def _cycle(self) -> bool:
+    def _cycle(self) -> Decisions:
         jobs = tuple(self.requests[key] for key in self.active)
         snapshot = Snapshot(self.cluster.classes, self.cluster.nodes, jobs, now=self.now)
         self.cycles += 1
-        return self._apply(self.policy.decide(snapshot))
+        decided = self.policy.decide(snapshot)
+        self._apply(decided)
+        return decided
 
     # --- event loop ------------------------------------------------------------------------------
 
@@ -257,7 +259,9 @@ class Simulation:
         last_cycle = -math.inf
         round_s = self.policy.round_s
         while True:
-            arrival_at = self.arrivals[next_arrival].trace.arrival_s if next_arrival < len(self.arrivals) else math.inf
+            arrival_at = (
+                self.arrivals[next_arrival].trace.arrival_s if next_arrival < len(self.arrivals) else math.inf
+            )
             moment = min(arrival_at, self._next_finish(), math.inf if cycle_at is None else cycle_at)
             if moment == math.inf:
                 break
@@ -272,21 +276,27 @@ class Simulation:
             while self._next_finish() <= moment:
                 self._complete(heapq.heappop(self.finishes).key)
                 changed = True
+            idle_round = False
             if cycle_at is not None and cycle_at <= moment:
                 cycle_at = None
                 last_cycle = moment
-                changed = self._cycle()
+                decided = self._cycle()
+                changed = bool(decided.preempt or decided.shrink)
+                idle_round = not (decided.place or decided.preempt or decided.shrink or decided.grow)
             self._record()
             if not self.active:
                 continue
-            if not self.runs and next_arrival == len(self.arrivals) and cycle_at is None and last_cycle == moment:
-                break  # a cycle just left every waiting job waiting and nothing else will happen
             if round_s is None:
                 if changed and cycle_at is None:
                     cycle_at = max(moment, last_cycle + self.options.cycle_interval_s)
-            elif cycle_at is None:
-                cycle_at = moment if last_cycle == -math.inf else last_cycle + round_s * max(
-                    1, math.ceil((moment - last_cycle) / round_s - 1e-9)
+                continue
+            if idle_round and not self.runs and next_arrival == len(self.arrivals):
+                break  # a round left every waiting job waiting and nothing else will happen
+            if cycle_at is None:
+                cycle_at = (
+                    moment
+                    if last_cycle == -math.inf
+                    else last_cycle + round_s * max(1, math.ceil((moment - last_cycle) / round_s - 1e-9))
                 )
         self._check_all_finished()
         self._record()

@@ -72,7 +72,8 @@ def build_job(trace: TraceJob, cluster: Cluster, *, pipelines: bool, prior: Prio
         largest = max(c.memory_gib for c in cluster.classes)
         raise JobSetupError(
             f"job {trace.job_id}: model {model.name} needs {model.memory_gib} GiB per replica but the "
-            f"largest GPU has {largest} GiB; use a policy with HetPipe virtual workers and gpus_max >= {stages}"
+            f"largest GPU has {largest} GiB; use a policy with HetPipe virtual workers and "
+            f"gpus_max >= {stages}"
         )
     reference = JobRequest(**common)  # type: ignore[arg-type]
     catalog = (REFERENCE_CLASS,)

@@ -86,7 +86,9 @@ RESNET18 = ModelProfile(
     name="resnet18",
     batch_per_gpu=256,
     memory_gib=4.0,
-    samples_per_s=_per_gpu({"k80": 2.5097, "p100": 9.9416, "v100": 16.9874, "a100": 16.9874 * A100_OVER_V100}, 256),
+    samples_per_s=_per_gpu(
+        {"k80": 2.5097, "p100": 9.9416, "v100": 16.9874, "a100": 16.9874 * A100_OVER_V100}, 256
+    ),
     allreduce_ms=25.0,  # 11.7M parameters
     checkpoint_s=20.0,
 )
@@ -110,9 +112,7 @@ TRANSFORMER = ModelProfile(
     estimated=frozenset({"k80"}),
 )
 
-MODELS: Mapping[str, ModelProfile] = MappingProxyType(
-    {m.name: m for m in (RESNET18, RESNET50, TRANSFORMER)}
-)
+MODELS: Mapping[str, ModelProfile] = MappingProxyType({m.name: m for m in (RESNET18, RESNET50, TRANSFORMER)})
 
 
 def model_named(name: str) -> ModelProfile:

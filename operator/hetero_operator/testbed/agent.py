@@ -130,18 +130,14 @@ class Agent:
             self.last_lease_beat[name] = now
 
     def _renew_lease(self, node_name: str) -> None:
-        renew = dt.datetime.now(dt.UTC)
-        body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=node_name, namespace="kube-node-lease"),
-            spec=client.V1LeaseSpec(
-                holder_identity=node_name, lease_duration_seconds=LEASE_SECONDS, renew_time=renew
-            ),
-        )
+        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": node_name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": renew}
         try:
-            self.coordination.replace_namespaced_lease(node_name, "kube-node-lease", body)
+            self.coordination.patch_namespaced_lease(node_name, "kube-node-lease", {"spec": spec})
         except ApiException as err:
             if err.status != 404:
                 raise
+            body = {"metadata": {"name": node_name, "namespace": "kube-node-lease"}, "spec": spec}
             self.coordination.create_namespaced_lease("kube-node-lease", body)
 
     # ---- pods ---------------------------------------------------------------------------------

@@ -89,9 +89,10 @@ def fetch_batch(dataset: Dataset[Any], indices: np.ndarray) -> Any:
 
 
 def forward_loss(model: nn.Module, loss_fn: LossFn, batch: Any) -> torch.Tensor:
-    """Mean loss of a (inputs, targets) batch."""
+    """Mean loss of a (inputs, targets) batch, moved to the model's device."""
     inputs, targets = batch
-    return loss_fn(model(inputs), targets)
+    device = next(model.parameters()).device
+    return loss_fn(model(inputs.to(device)), targets.to(device))
 
 
 def apply_learning_rate_scale(ctx: WorkerContext, scale: float) -> None:

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.policies.fifo import FifoGangPolicy
 from hetero_operator.simulator.policies.gavel import GavelPolicy
-from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy
+from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy, operator_defaults
 
 POLICIES: dict[str, Callable[[], SchedulingPolicy]] = {
     "fifo": FifoGangPolicy,
     "gavel": GavelPolicy,
     "heterotrain": HeterotrainPolicy,
+    "heterotrain-default": operator_defaults,
 }
 
 
@@ -24,4 +25,11 @@ def make_policy(name: str) -> SchedulingPolicy:
         raise ValueError(f"policy: unknown policy {name!r}; choose one of {', '.join(POLICIES)}") from None
 
 
-__all__ = ["POLICIES", "FifoGangPolicy", "GavelPolicy", "HeterotrainPolicy", "SchedulingPolicy", "make_policy"]
+__all__ = [
+    "POLICIES",
+    "FifoGangPolicy",
+    "GavelPolicy",
+    "HeterotrainPolicy",
+    "SchedulingPolicy",
+    "make_policy",
+]

@@ -22,7 +22,9 @@ class SchedulingPolicy(Protocol):
     def decide(self, snapshot: Snapshot) -> Decisions: ...
 
 
-def take_one_class(state: ClusterState, gpu_class: str, count: int) -> tuple[list[NodeTake], Allocation] | None:
+def take_one_class(
+    state: ClusterState, gpu_class: str, count: int
+) -> tuple[list[NodeTake], Allocation] | None:
     """``count`` free GPUs of one class on as few nodes as the free index finds, or ``None``."""
     picks = state.free[gpu_class].plan(count)
     if picks is None:

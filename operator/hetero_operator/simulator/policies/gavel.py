@@ -72,7 +72,11 @@ def throughput_matrix(
 
 
 def _rate(
-    job: JobRequest, info: GPUClassInfo, gpus_per_node: int, catalog: tuple[GPUClassInfo, ...], prior: PriorModel
+    job: JobRequest,
+    info: GPUClassInfo,
+    gpus_per_node: int,
+    catalog: tuple[GPUClassInfo, ...],
+    prior: PriorModel,
 ) -> float | None:
     nodes = math.ceil(job.gpus_min / max(1, gpus_per_node))
     return data_parallel_rate(job, Counter({info.name: job.gpus_min}), nodes, catalog, prior)
@@ -101,7 +105,8 @@ def max_min_shares(jobs: list[JobRequest], pairs: list[Pair], capacity: dict[str
     from scipy.sparse import hstack, vstack
 
     t_column = coo_matrix(
-        (np.ones(n_jobs), (np.arange(n_jobs), np.zeros(n_jobs, dtype=int))), shape=(2 * n_jobs + len(classes), 1)
+        (np.ones(n_jobs), (np.arange(n_jobs), np.zeros(n_jobs, dtype=int))),
+        shape=(2 * n_jobs + len(classes), 1),
     )
     body = vstack([throughput_rows, share_rows, class_rows])
     first = linprog(
@@ -132,7 +137,9 @@ class GavelPolicy:
     pipelines: bool = False
     round_s: float | None = ROUND_S
     # Seconds each job has run on each class, and when the policy first saw it.
-    received: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    received: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
     first_seen: dict[str, float] = field(default_factory=dict)
 
     def decide(self, snapshot: Snapshot) -> Decisions:

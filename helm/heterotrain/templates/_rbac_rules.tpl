@@ -1,0 +1,62 @@
+{{/*
+The operator's permissions, split by scope. Keep them in step with what the controller reads (kopf
+watches and indexes) and writes (its API client): nothing more. kopf's namespace and CRD scanning is
+switched off by the operator, so it needs no access to namespaces or CustomResourceDefinitions.
+*/}}
+
+{{/* Cluster-scoped objects, and the API checks every request of the HTTP API makes. */}}
+{{- define "heterotrain.clusterRules" -}}
+# GPU classes and the nodes that hold them: the scheduler's inventory.
+- apiGroups: [heterotrain.io]
+  resources: [gpuclasses]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+# The HTTP API authenticates callers by their token and authorises them per namespace.
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+{{- if not .Values.watchNamespaces }}
+# Leader election of a cluster-wide operator.
+- apiGroups: [kopf.dev]
+  resources: [clusterkopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}
+
+{{/* Objects in the namespaces the operator serves. */}}
+{{- define "heterotrain.namespacedRules" -}}
+# The jobs: read, add the finalizer, write status; owner references on what the operator creates need
+# update on the finalizers subresource.
+- apiGroups: [heterotrain.io]
+  resources: [heterotrainjobs]
+  verbs: [get, list, watch, patch]
+- apiGroups: [heterotrain.io]
+  resources: [heterotrainjobs/status]
+  verbs: [get, patch]
+- apiGroups: [heterotrain.io]
+  resources: [heterotrainjobs/finalizers]
+  verbs: [update]
+# Worker pods, their headless Service, plan ConfigMap and checkpoint volume claim. A deleted job's
+# pods go in one request (deletecollection by label).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete, deletecollection, patch]
+- apiGroups: [""]
+  resources: [services, configmaps, persistentvolumeclaims]
+  verbs: [get, list, watch, create, delete, patch]
+# Events on jobs, shown by kubectl describe (the operator only ever creates them).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.watchNamespaces }}
+# Leader election of a namespaced operator: one peering object per served namespace.
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}

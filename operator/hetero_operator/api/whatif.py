@@ -1,0 +1,168 @@
+"""What the scheduler would do with a job that is not submitted (pure, no side effects).
+
+The job joins a snapshot of the live cluster (behind the jobs already queued, as a new arrival) or of a
+pool given in the request, and one `schedule()` cycle runs over it: the same placement, throughput
+prediction and first batch split the operator would use. A second cycle without the job tells which
+running jobs it alone would push aside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hetero_operator.api.models import ClassReason, PoolSource, PoolSpec, WhatIfRequest, WhatIfResult
+from hetero_operator.controller.facts import JobFacts
+from hetero_operator.controller.inventory import job_request
+from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
+from hetero_operator.resources import Allocation as StatusAllocation
+from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
+from hetero_operator.scheduler import (
+    Allocation,
+    Decisions,
+    GPUClassInfo,
+    JobRequest,
+    NodeInfo,
+    SchedulerConfig,
+    Snapshot,
+    SnapshotError,
+    schedule,
+)
+
+CLASS_PREFIX = "class "
+
+
+class WhatIfError(ValueError):
+    """The job or pool cannot be turned into a scheduler snapshot; the message names the field."""
+
+
+def pool_snapshot(pool: PoolSpec) -> Snapshot:
+    """An empty cluster made of the pool's classes and nodes."""
+    classes = tuple(
+        GPUClassInfo(
+            name=c.name, relative_speed=c.relative_speed, memory_gib=c.memory_gib, cost_weight=c.cost_weight
+        )
+        for c in pool.classes
+    )
+    nodes = tuple(
+        NodeInfo(
+            name=n.name,
+            gpu_class=n.gpu_class,
+            gpus_allocatable=n.gpus,
+            gpus_used_by_others=n.gpus_used,
+            schedulable=n.schedulable,
+        )
+        for n in pool.nodes
+    )
+    return Snapshot(classes=classes, nodes=nodes, jobs=(), now=0.0)
+
+
+def unused_key(namespace: str, name: str, taken: set[str]) -> str:
+    """`namespace/name`, suffixed if a real job already has that key."""
+    candidate, attempt = name, 1
+    while f"{namespace}/{candidate}" in taken:
+        candidate, attempt = f"{name}-what-if-{attempt}", attempt + 1
+    return f"{namespace}/{candidate}"
+
+
+def hypothetical_job(
+    request: WhatIfRequest, key: str, created_at: float
+) -> tuple[HeteroTrainJob, JobRequest]:
+    """The job as the operator would parse it on arrival, and its scheduler request."""
+    namespace, _, name = key.partition("/")
+    job = HeteroTrainJob(metadata={"namespace": namespace, "name": name}, spec=request.spec)
+    facts = JobFacts(
+        namespace=namespace,
+        name=name,
+        uid="",
+        resource_version="",
+        created_at=created_at,
+        deleting=False,
+        model=job,
+    )
+    try:
+        return job, job_request(facts, job, HeteroTrainJobStatus(), holding=False)
+    except SnapshotError as error:
+        raise WhatIfError(f"spec: {error}") from None
+
+
+def class_reasons(message: str) -> list[ClassReason]:
+    """The per-class phrases of a scheduler wait message ("class fast: 2 of 4 GPUs free; ...")."""
+    reasons = []
+    for part in message.split("; "):
+        if part.startswith(CLASS_PREFIX) and ": " in part:
+            gpu_class, _, reason = part.removeprefix(CLASS_PREFIX).partition(": ")
+            reasons.append(ClassReason(gpu_class=gpu_class, reason=reason))
+    return reasons
+
+
+def status_allocation(allocation: Allocation) -> StatusAllocation:
+    return StatusAllocation.from_workers(
+        [
+            WorkerAllocation(
+                rank=slot.rank,
+                node=slot.node,
+                gpu_class=slot.gpu_class,
+                gpus=slot.gpus,
+                virtual_worker=slot.virtual_worker,
+                stage=slot.stage,
+            )
+            for slot in allocation.workers
+        ]
+    )
+
+
+def _pushed_aside(decisions: Decisions) -> set[str]:
+    return set(decisions.preempt) | set(decisions.shrink)
+
+
+def what_if(
+    request: WhatIfRequest,
+    base: Snapshot,
+    speeds: Mapping[str, float],
+    pool_label: PoolSource,
+    config: SchedulerConfig | None = None,
+) -> WhatIfResult:
+    """Add the job to ``base`` as its newest arrival and run one scheduling cycle."""
+    key = unused_key(request.namespace, request.name, {job.key for job in base.jobs})
+    job, job_req = hypothetical_job(request, key, created_at=base.now)
+    try:
+        with_job = Snapshot(base.classes, base.nodes, (*base.jobs, job_req), base.now)
+    except SnapshotError as error:
+        raise WhatIfError(str(error)) from None
+    decisions = schedule(with_job, config)
+    would_preempt = sorted(_pushed_aside(decisions) - _pushed_aside(schedule(base, config)) - {key})
+    placed = decisions.place.get(key)
+    if placed is None:
+        message = decisions.unschedulable.get(key, "")
+        return WhatIfResult(
+            pool=pool_label,
+            schedulable=False,
+            message=message,
+            class_reasons=class_reasons(message),
+            would_preempt=would_preempt,
+        )
+    allocation = status_allocation(placed)
+    samples_per_second = decisions.predicted_samples_per_second.get(key)
+    iteration = job.spec.batch.global_batch / samples_per_second if samples_per_second else None
+    try:
+        plan = plan_status(initial_plan(job.spec, allocation, speeds, 1, iteration))
+    except PlanBuildError as error:
+        return WhatIfResult(
+            pool=pool_label,
+            schedulable=False,
+            allocation=allocation,
+            message=f"placement refused: {error}",
+            class_reasons=[],
+            would_preempt=would_preempt,
+        )
+    return WhatIfResult(
+        pool=pool_label,
+        schedulable=True,
+        allocation=allocation,
+        plan=plan,
+        predicted_samples_per_second=samples_per_second,
+        predicted_iteration_seconds=iteration,
+        message="",
+        class_reasons=[],
+        would_preempt=would_preempt,
+    )

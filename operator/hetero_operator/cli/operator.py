@@ -1,0 +1,57 @@
+"""`heterotrain operator`: run the operator against a kubeconfig or the in-cluster service account."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+OPERATOR_HELP = "Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."
+
+
+def operator_command(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig", help="Kubeconfig file. Default: KUBECONFIG, ~/.kube/config, in-cluster."
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Watch only this namespace (repeatable). Default: all."),
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port (0: off).")
+    ] = 8080,
+    peering: Annotated[
+        str | None,
+        typer.Option(
+            "--peering", help="kopf peering name for HA (needs the KopfPeering CRDs). Default: standalone."
+        ),
+    ] = None,
+    checkpoint_grace: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-grace", help="Seconds workers get to save a checkpoint before they are stopped."
+        ),
+    ] = 30.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
+    from hetero_operator.controller.main import OperatorOptions, run
+
+    run(
+        OperatorOptions(
+            kubeconfig=kubeconfig,
+            namespaces=tuple(namespace or ()),
+            metrics_port=metrics_port,
+            peering=peering,
+            verbose=verbose,
+            checkpoint_grace_seconds=checkpoint_grace,
+        )
+    )
+
+
+if __name__ == "__main__":
+    typer.run(operator_command)

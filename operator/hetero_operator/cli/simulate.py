@@ -1,0 +1,103 @@
+"""`heterotrain simulate`: run scheduling policies over a job trace on a simulated cluster.
+
+JSON results go to stdout (one summary per policy); plots (JCT CDF, utilisation over time) to --out.
+Bad input exits 2 with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from hetero_operator.simulator.cluster import Cluster, ClusterFileError, load_cluster
+from hetero_operator.simulator.engine import SimulationError, SimulationResult
+from hetero_operator.simulator.engine import simulate as run_simulation
+from hetero_operator.simulator.jobs import JobSetupError
+from hetero_operator.simulator.policies import POLICIES, make_policy
+from hetero_operator.simulator.report import summarize, write_plots
+from hetero_operator.simulator.trace import TraceError, TraceJob, generate_trace, load_trace
+
+INVALID_INPUT = 2
+
+
+def _capacity(cluster: Cluster) -> float:
+    return sum(n.gpus_allocatable * cluster.class_info(n.gpu_class).relative_speed for n in cluster.nodes)
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(INVALID_INPUT)
+
+
+def simulate(
+    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster YAML (classes and node groups).")],
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="Trace CSV; without it a trace is generated from --seed."),
+    ] = None,
+    policy: Annotated[
+        str, typer.Option("--policy", help=f"One of {', '.join(POLICIES)}, or 'all'.")
+    ] = "heterotrain",
+    out: Annotated[Path | None, typer.Option("--out", help="Directory for the PNG plots.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the generated trace.")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Jobs in a generated trace.")] = 500,
+    load: Annotated[
+        float, typer.Option("--load", min=0.01, help="Offered load of a generated trace (share of capacity).")
+    ] = 0.5,
+) -> None:
+    """Simulate the cluster under one policy (or all) and print JSON results."""
+    try:
+        spec = load_cluster(cluster)
+        rows: list[TraceJob] = (
+            load_trace(trace)
+            if trace is not None
+            else generate_trace(seed, jobs, _capacity(spec), load, max_gpus=_largest_job(spec))
+        )
+        names = list(POLICIES) if policy == "all" else [policy]
+        policies = [make_policy(name) for name in names]
+    except (ClusterFileError, TraceError, ValueError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    results: list[SimulationResult] = []
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    ) as progress:
+        for chosen in policies:
+            task = progress.add_task(chosen.name, total=len(rows))
+
+            def advance(done: int, _total: int, task: TaskID = task) -> None:
+                progress.update(task, completed=done)
+
+            try:
+                results.append(run_simulation(spec, rows, chosen, on_finish=advance))
+            except (JobSetupError, SimulationError) as exc:
+                raise _fail(str(exc)) from None
+    document = {
+        "cluster": str(cluster),
+        "trace": str(trace) if trace is not None else f"generated(seed={seed}, jobs={jobs}, load={load})",
+        "gpus": spec.gpus_per_class(),
+        "results": [summarize(r) for r in results],
+    }
+    if out is not None:
+        document["plots"] = [str(p) for p in write_plots(results, out)]
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def _largest_job(cluster: Cluster) -> int:
+    """Generated jobs stay small enough for one class to hold them (baselines use one class)."""
+    largest = max(cluster.gpus_per_class().values())
+    size = 1
+    while size * 2 <= min(32, largest // 2):
+        size *= 2
+    return size

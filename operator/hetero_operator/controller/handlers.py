@@ -1,0 +1,192 @@
+"""The kopf handlers: thin. They validate, keep the indexes, and wake the scheduling loop.
+
+Everything after validation (placement, pods, restarts, suspension, preemption) happens in the
+scheduling loop, the one writer of job status, so handlers never race each other over a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import kopf
+
+from hetero_operator.controller import names
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
+from hetero_operator.controller.inventory import pod_index_key
+from hetero_operator.controller.k8s import KubeClient, path_of
+from hetero_operator.controller.lifecycle import ConditionType, is_true, queued, set_condition
+from hetero_operator.controller.metrics import OperatorMetrics
+from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
+from hetero_operator.controller.validation import parse_job
+from hetero_operator.resources import (
+    GROUP,
+    VERSION,
+    GPUClass,
+    HeteroTrainJobStatus,
+    InvalidResourceError,
+    Phase,
+)
+
+JOBS = (GROUP, VERSION, "heterotrainjobs")
+CLASSES = (GROUP, VERSION, "gpuclasses")
+
+
+def _wake(memo: kopf.Memo) -> None:
+    loop = getattr(memo, "loop", None)
+    if loop is not None:
+        loop.trigger()
+
+
+# --- indexes: what the scheduling loop reads ------------------------------------------------------
+# kopf calls an index function on every change of its objects, so each also wakes the loop: no
+# separate event handlers (at thousands of pods, a second handler per event costs real CPU).
+
+
+@kopf.index("", "v1", "nodes")
+def htj_nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, NodeFacts]:
+    _wake(memo)
+    return {name: NodeFacts.from_body(body)}
+
+
+@kopf.index(*CLASSES)
+def htj_classes(
+    body: kopf.Body, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> dict[str, ClassFacts] | None:
+    _wake(memo)
+    try:
+        model = GPUClass.from_k8s(dict(body))
+    except InvalidResourceError as error:
+        logger.warning("GPUClass %s ignored: %s", name, error)
+        return None
+    return {name: ClassFacts.from_model(model)}
+
+
+@kopf.index("", "v1", "pods")
+def htj_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodFacts] | None:
+    """Our workers, and any other bound pod that holds extended resources (GPUs)."""
+    pod = PodFacts.from_body(body)
+    if pod.job is None and not (pod.resources and pod.node):
+        return None
+    _wake(memo)
+    return {pod_index_key(pod): pod}
+
+
+@kopf.index(*JOBS)
+def htj_jobs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, JobFacts]:
+    _wake(memo)
+    facts = JobFacts.from_body(body)
+    return {facts.key: facts}
+
+
+def _deleted(type: str | None, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+@kopf.on.event("", "v1", "pods", when=_deleted)
+def pod_deleted(memo: kopf.Memo, **_: Any) -> None:
+    """Index functions do not see deletions; a pod that is gone frees its GPUs."""
+    _wake(memo)
+
+
+@kopf.on.event("", "v1", "nodes", when=_deleted)
+def node_deleted(memo: kopf.Memo, **_: Any) -> None:
+    _wake(memo)
+
+
+# --- job validation ------------------------------------------------------------------------------
+
+
+def _validate(body: kopf.Body, patch: kopf.Patch, now: float, memo: kopf.Memo) -> None:
+    job, problems = parse_job(dict(body))
+    status = HeteroTrainJobStatus.model_validate(body.get("status") or {})
+    if problems:
+        message = "; ".join(problems)
+        patch.status.update(_invalid(status, message, now))
+        kopf.warn(body, reason="InvalidSpec", message=message)
+    elif (
+        job is not None and status.phase in (None, Phase.FAILED) and not is_true(status, ConditionType.VALID)
+    ):
+        patch.status.update(queued(job, now).to_wire())
+        kopf.info(body, reason="Queued", message="spec is valid: queued for placement")
+    _wake(memo)
+
+
+def _invalid(status: HeteroTrainJobStatus, message: str, now: float) -> dict[str, Any]:
+    updated = set_condition(status, ConditionType.VALID, False, "InvalidSpec", message, now)
+    if status.phase in (None, Phase.QUEUED, Phase.SUSPENDED):
+        updated = updated.model_copy(update={"phase": Phase.FAILED})
+    return updated.to_wire()
+
+
+@kopf.on.create(*JOBS)
+def job_created(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _validate(body, patch, time.time(), memo)
+
+
+@kopf.on.resume(*JOBS)
+def job_resumed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    if not (body.get("status") or {}).get("phase"):
+        _validate(body, patch, time.time(), memo)
+
+
+@kopf.on.update(*JOBS, field="spec")
+def job_spec_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _validate(body, patch, time.time(), memo)
+
+
+@kopf.on.field(*JOBS, field="spec.suspend")
+def suspend_changed(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
+    kopf.info(body, reason="SuspendChanged", message=f"spec.suspend is now {bool(new)}")
+    _wake(memo)
+
+
+@kopf.on.delete(*JOBS)
+async def job_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Remove the workers and everything else the job owns (the garbage collector would too, later)."""
+    client: KubeClient = memo.client
+    assert namespace is not None
+    await client.delete_collection("Pod", namespace, names.job_selector(name))
+    for kind, object_name in (
+        ("Service", names.service_name(name)),
+        ("ConfigMap", names.plan_config_map_name(name)),
+        ("PersistentVolumeClaim", names.checkpoint_claim_name(name)),
+    ):
+        await client.delete(path_of(kind, namespace, object_name))
+    _wake(memo)
+
+
+# --- operator start and stop ---------------------------------------------------------------------
+
+
+@kopf.on.login()
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    connection: kopf.ConnectionInfo = memo.connection
+    return connection
+
+
+@kopf.on.startup()
+async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
+    """Start the scheduling loop over kopf's live indexes (they fill as the watches begin)."""
+    client = KubeClient(memo.connection)
+    metrics = OperatorMetrics()
+    if memo.metrics_port:
+        metrics.serve(memo.metrics_port)
+    indexes = {name: kwargs[name] for name in INDEX_NAMES}
+    loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
+    memo.client, memo.metrics, memo.loop = client, metrics, loop
+    memo.loop_task = asyncio.create_task(loop.run(), name="heterotrain scheduling loop")
+
+
+@kopf.on.cleanup()
+async def stop_loop(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "loop_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    client = getattr(memo, "client", None)
+    if client is not None:
+        await client.close()

@@ -1,0 +1,217 @@
+"""From the kopf indexes to one immutable view of the cluster, and from that view to the scheduler's
+snapshot (pure apart from reading the index objects it is handed).
+
+GPU nodes belong to the GPUClass whose nodeSelector they match. A node that is cordoned, NotReady or
+carries a NoSchedule/NoExecute taint its class does not tolerate stays in the snapshot with
+`schedulable=False`, so GPUs held there are still counted. GPUs requested by any pod that is not a
+current worker of a job in the snapshot count as used by others.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
+from hetero_operator.controller.launcher import ClassLaunchInfo
+from hetero_operator.resources import Allocation as StatusAllocation
+from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus
+from hetero_operator.resources.parallelism import HetPipeParameters
+from hetero_operator.scheduler import (
+    Allocation,
+    GPUClassInfo,
+    JobRequest,
+    NodeInfo,
+    Snapshot,
+    WorkerSlot,
+)
+
+NO_JOB = "-"
+"""Pod index key of pods that belong to no HeteroTrainJob."""
+
+
+def pod_index_key(pod: PodFacts) -> str:
+    return f"{pod.namespace}/{pod.job}" if pod.job else NO_JOB
+
+
+def _flatten(index: Mapping[str, Iterable[object]]) -> Iterable[tuple[str, object]]:
+    for key in list(index):
+        for value in index.get(key, ()):
+            yield key, value
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Everything one cycle reads, taken from the indexes at one moment."""
+
+    classes: Mapping[str, ClassFacts]
+    nodes: Mapping[str, NodeFacts]
+    jobs: Mapping[str, JobFacts]
+    pods_by_job: Mapping[str, tuple[PodFacts, ...]]
+    node_class: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        classes: Iterable[ClassFacts],
+        nodes: Iterable[NodeFacts],
+        jobs: Iterable[JobFacts],
+        pods: Iterable[PodFacts],
+    ) -> ClusterView:
+        class_map = {c.name: c for c in sorted(classes, key=lambda c: c.name)}
+        node_map = {n.name: n for n in nodes}
+        by_job: dict[str, list[PodFacts]] = defaultdict(list)
+        for pod in pods:
+            by_job[pod_index_key(pod)].append(pod)
+        node_class = {}
+        for node in node_map.values():
+            gpu_class = classify(node, class_map.values())
+            if gpu_class is not None:
+                node_class[node.name] = gpu_class
+        return cls(
+            classes=class_map,
+            nodes=node_map,
+            jobs={j.key: j for j in jobs},
+            pods_by_job={key: tuple(sorted(values, key=lambda p: p.name)) for key, values in by_job.items()},
+            node_class=node_class,
+        )
+
+    @classmethod
+    def from_indexes(
+        cls,
+        classes: Mapping[str, Iterable[object]],
+        nodes: Mapping[str, Iterable[object]],
+        jobs: Mapping[str, Iterable[object]],
+        pods: Mapping[str, Iterable[object]],
+    ) -> ClusterView:
+        return cls.build(
+            (v for _, v in _flatten(classes) if isinstance(v, ClassFacts)),
+            (v for _, v in _flatten(nodes) if isinstance(v, NodeFacts)),
+            (v for _, v in _flatten(jobs) if isinstance(v, JobFacts)),
+            (v for _, v in _flatten(pods) if isinstance(v, PodFacts)),
+        )
+
+    def pods_of(self, job_key: str) -> tuple[PodFacts, ...]:
+        return self.pods_by_job.get(job_key, ())
+
+    def all_pods(self) -> Iterable[PodFacts]:
+        for pods in self.pods_by_job.values():
+            yield from pods
+
+    def schedulable(self, node: NodeFacts) -> bool:
+        gpu_class = self.classes.get(self.node_class.get(node.name, ""))
+        if gpu_class is None or not node.ready or node.unschedulable:
+            return False
+        return all(gpu_class.tolerates(taint) for taint in node.taints)
+
+    def healthy(self, node_name: str, gpu_class: str) -> bool:
+        """A node an allocation may keep using: still there, Ready and still of the same class."""
+        node = self.nodes.get(node_name)
+        return node is not None and node.ready and self.node_class.get(node_name) == gpu_class
+
+    def lost_nodes(self, allocation: StatusAllocation | None) -> frozenset[str]:
+        if allocation is None:
+            return frozenset()
+        return frozenset(w.node for w in allocation.workers if not self.healthy(w.node, w.gpu_class))
+
+    def speeds(self) -> dict[str, float]:
+        return {name: c.relative_speed for name, c in self.classes.items()}
+
+    def launch_classes(self) -> dict[str, ClassLaunchInfo]:
+        return {name: ClassLaunchInfo(c.resource_name, c.tolerations) for name, c in self.classes.items()}
+
+
+def classify(node: NodeFacts, classes: Iterable[ClassFacts]) -> str | None:
+    """The class whose selector the node matches; the most specific selector wins, then the name."""
+    matches = [c for c in classes if c.node_selector and c.selects(node.labels)]
+    if not matches:
+        return None
+    return min(matches, key=lambda c: (-len(c.node_selector), c.name)).name
+
+
+# --- the scheduler's snapshot --------------------------------------------------------------------
+
+
+def job_request(
+    facts: JobFacts, job: HeteroTrainJob, status: HeteroTrainJobStatus, holding: bool
+) -> JobRequest:
+    spec = job.spec
+    params = spec.parallelism.parameters()
+    virtual_worker_size = params.virtual_worker_size if isinstance(params, HetPipeParameters) else None
+    policy = params.allocation_policy if isinstance(params, HetPipeParameters) else AllocationPolicy.AUTO
+    current = None
+    if holding and status.allocation is not None:
+        current = Allocation(
+            tuple(
+                WorkerSlot(
+                    rank=w.rank,
+                    node=w.node,
+                    gpu_class=w.gpu_class,
+                    gpus=w.gpus,
+                    virtual_worker=w.virtual_worker,
+                    stage=w.stage,
+                )
+                for w in status.allocation.workers
+            )
+        )
+    return JobRequest(
+        key=facts.key,
+        gpus_min=spec.gpus.min,
+        gpus_max=spec.gpus.max,
+        global_batch=spec.batch.global_batch,
+        created_at=facts.created_at,
+        queue=spec.queue,
+        priority=spec.priority,
+        allowed_classes=tuple(spec.gpu_classes),
+        strategy=spec.parallelism.strategy,
+        max_local_batch=dict(spec.batch.per_gpu_class_max),
+        virtual_worker_size=virtual_worker_size,
+        allocation_policy=policy,
+        current=current,
+    )
+
+
+def build_snapshot(view: ClusterView, requests: Iterable[JobRequest], now: float) -> Snapshot:
+    """Nodes with the GPUs others use, GPU classes and the jobs' requests, as the scheduler wants them.
+
+    A job in the snapshot uses, on each node, the larger of what its allocation says and what its
+    live pods hold (old pods may still be saving a checkpoint); the part beyond its allocation counts
+    as used by others."""
+    jobs = tuple(requests)
+    in_snapshot = {job.key: job for job in jobs}
+    others: Counter[str] = Counter()
+    for key, pods in view.pods_by_job.items():
+        job = in_snapshot.get(key)
+        held_by_pods: Counter[str] = Counter()
+        for pod in pods:
+            if pod.live and pod.node is not None and pod.node in view.node_class:
+                resource = view.classes[view.node_class[pod.node]].resource_name
+                held_by_pods[pod.node] += pod.resources.get(resource, 0)
+        allocated = job.current.gpus_per_node() if job is not None and job.current is not None else Counter()
+        for node, count in held_by_pods.items():
+            others[node] += max(0, count - allocated.get(node, 0))
+    nodes = []
+    for name in sorted(view.node_class):
+        facts = view.nodes[name]
+        gpu_class = view.classes[view.node_class[name]]
+        nodes.append(
+            NodeInfo(
+                name=name,
+                gpu_class=gpu_class.name,
+                gpus_allocatable=facts.allocatable.get(gpu_class.resource_name, 0),
+                gpus_used_by_others=others[name],
+                schedulable=view.schedulable(facts),
+            )
+        )
+    classes = tuple(
+        GPUClassInfo(
+            name=c.name,
+            relative_speed=c.relative_speed,
+            memory_gib=c.memory_gib,
+            cost_weight=c.cost_weight,
+            resource_name=c.resource_name,
+        )
+        for c in view.classes.values()
+    )
+    return Snapshot(classes=classes, nodes=tuple(nodes), jobs=jobs, now=now)

@@ -1,0 +1,167 @@
+"""A small async Kubernetes client on httpx, using the same credentials kopf logs in with.
+
+Only what the operator writes goes through here (creates, patches, deletes, events); everything it
+reads comes from kopf's watches and indexes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import kopf
+
+from hetero_operator.resources import GROUP, VERSION
+
+CORE = "/api/v1"
+HETEROTRAIN = f"/apis/{GROUP}/{VERSION}"
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "heterotrain-operator"
+
+PLURALS = {
+    "Pod": (CORE, "pods"),
+    "Service": (CORE, "services"),
+    "ConfigMap": (CORE, "configmaps"),
+    "PersistentVolumeClaim": (CORE, "persistentvolumeclaims"),
+    "Event": (CORE, "events"),
+    "HeteroTrainJob": (HETEROTRAIN, "heterotrainjobs"),
+}
+
+
+class KubeError(RuntimeError):
+    """The API server refused a request; `status` is the HTTP status code."""
+
+    def __init__(self, status: int, method: str, path: str, detail: str) -> None:
+        self.status = status
+        super().__init__(f"{method} {path}: HTTP {status}: {detail}")
+
+
+def path_of(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    prefix, plural = PLURALS[kind]
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    if subresource is not None:
+        path += f"/{subresource}"
+    return path
+
+
+def connection_info(kubeconfig_first: bool) -> kopf.ConnectionInfo:
+    """Credentials from the kubeconfig (KUBECONFIG or ~/.kube/config) or the pod's service account."""
+    settings = kopf.OperatorSettings()
+    attempts = (
+        (kopf.login_with_kubeconfig, kopf.login_with_service_account)
+        if kubeconfig_first
+        else (kopf.login_with_service_account, kopf.login_with_kubeconfig)
+    )
+    for attempt in attempts:
+        try:
+            info = attempt(settings=settings)
+        except (kopf.LoginError, OSError):
+            continue
+        if info is not None:
+            return info
+    raise kopf.LoginError("no credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster")
+
+
+class KubeClient:
+    def __init__(self, info: kopf.ConnectionInfo, timeout: float = 30.0, max_connections: int = 64) -> None:
+        self._client = httpx.AsyncClient(
+            base_url=info.server,
+            verify=info.as_ssl_context(),
+            headers={**info.as_http_headers(), "Accept": "application/json"},
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: tuple[int, ...] = (),
+    ) -> httpx.Response:
+        response = await self._client.request(
+            method,
+            path,
+            json=body,
+            params=params,
+            headers={"Content-Type": content_type} if body is not None else None,
+        )
+        if response.is_success or response.status_code in accept:
+            return response
+        raise KubeError(response.status_code, method, path, _detail(response))
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+        response = await self._send("GET", path, params=params, accept=(404,))
+        return None if response.status_code == 404 else dict(response.json())
+
+    async def list_items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        body = await self.get(path, params)
+        return list((body or {}).get("items") or [])
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        """Create the object; False if it already exists (a repeated reconcile), which is fine."""
+        metadata = manifest["metadata"]
+        path = path_of(str(manifest["kind"]), str(metadata["namespace"]))
+        response = await self._send("POST", path, body=manifest, accept=(409,))
+        return response.status_code != 409
+
+    async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None:
+        """Create a ConfigMap, or overwrite its data if it exists."""
+        if not await self.create(manifest):
+            metadata = manifest["metadata"]
+            path = path_of(str(manifest["kind"]), str(metadata["namespace"]), str(metadata["name"]))
+            await self.merge_patch(path, {"data": manifest["data"]})
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """JSON merge patch; None if the object is gone."""
+        response = await self._send("PATCH", path, body=patch, content_type=MERGE_PATCH, accept=(404,))
+        return None if response.status_code == 404 else dict(response.json())
+
+    async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
+        """Delete; False if it was already gone."""
+        params = {"gracePeriodSeconds": str(grace_seconds)} if grace_seconds is not None else None
+        response = await self._send("DELETE", path, params=params, accept=(404,))
+        return response.status_code != 404
+
+    async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:
+        params = {"labelSelector": selector, "propagationPolicy": "Background"}
+        await self._send("DELETE", path_of(kind, namespace), params=params, accept=(404,))
+
+    async def post_event(
+        self, involved: Mapping[str, str], event_type: str, reason: str, message: str
+    ) -> None:
+        """A core/v1 Event on the object (shown by `kubectl describe`)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = involved["namespace"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": dict(involved),
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+        }
+        await self._send("POST", path_of("Event", namespace), body=event)
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("message", response.text))
+    except ValueError:
+        return response.text[:500]

@@ -1,0 +1,282 @@
+"""Pure manifest builders: the objects one job's allocation generation needs.
+
+Every name is derived from the job name and the allocation generation, so building twice gives the
+same objects and creating them twice is harmless (the second create answers 409 AlreadyExists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetero_operator import metric_names
+from hetero_operator import plan as contract
+from hetero_operator.controller import names
+from hetero_operator.resources import API_VERSION, HeteroTrainJob, WorkerAllocation
+from hetero_operator.resources import Allocation as StatusAllocation
+
+Manifest = dict[str, Any]
+
+# Pod spec fields the operator owns; podOverrides may not set them (see validation).
+OPERATOR_OWNED_POD_FIELDS = frozenset(
+    {"nodeName", "hostname", "subdomain", "containers", "initContainers", "restartPolicy", "nodeSelector"}
+)
+# Environment variables the operator sets; a job's env may not set them (see validation).
+RESERVED_ENV = frozenset(
+    {
+        contract.RANK_ENV,
+        contract.WORLD_SIZE_ENV,
+        contract.MASTER_ADDR_ENV,
+        contract.MASTER_PORT_ENV,
+        contract.PLAN_SOURCE_ENV,
+        contract.EPOCHS_ENV,
+        contract.CHECKPOINT_DIR_ENV,
+        contract.CHECKPOINT_EVERY_ENV,
+        metric_names.METRICS_PORT_ENV,
+        metric_names.JOB_NAME_ENV,
+        metric_names.GPU_CLASS_ENV,
+        "POD_IP",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLaunchInfo:
+    """What a worker pod needs from its GPUClass."""
+
+    resource_name: str = "nvidia.com/gpu"
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    metrics_port: int = metric_names.DEFAULT_METRICS_PORT
+    master_port: int = names.DEFAULT_MASTER_PORT
+    checkpoint_storage: str = "10Gi"
+    run_as_user: int = 1000
+    classes: Mapping[str, ClassLaunchInfo] = field(default_factory=dict)
+
+    def class_info(self, gpu_class: str) -> ClassLaunchInfo:
+        return self.classes.get(gpu_class, ClassLaunchInfo())
+
+
+def owner_reference(job: HeteroTrainJob) -> dict[str, Any]:
+    """Makes the job own the object: the garbage collector deletes it with the job."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "HeteroTrainJob",
+        "name": job.name,
+        "uid": str(job.metadata.get("uid", "")),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(job: HeteroTrainJob, name: str, extra_labels: Mapping[str, str] | None = None) -> Manifest:
+    labels = {names.LABEL_JOB: job.name, names.LABEL_MANAGED_BY: names.MANAGED_BY, **(extra_labels or {})}
+    return {
+        "name": name,
+        "namespace": job.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def headless_service(job: HeteroTrainJob, settings: LaunchSettings) -> Manifest:
+    """Gives every worker pod a stable DNS name `<hostname>.<job>` (rank 0 is the rendezvous)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, names.service_name(job.name)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {names.LABEL_JOB: job.name},
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": "rendezvous", "port": settings.master_port, "targetPort": settings.master_port},
+                {"name": "metrics", "port": settings.metrics_port, "targetPort": settings.metrics_port},
+            ],
+        },
+    }
+
+
+def plan_config_map(job: HeteroTrainJob, plan: contract.Plan) -> Manifest:
+    """The plan document the workers read (key `plan.json`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(job, names.plan_config_map_name(job.name)),
+        "data": {contract.PLAN_CONFIGMAP_KEY: plan.to_json()},
+    }
+
+
+def checkpoint_claim(job: HeteroTrainJob, settings: LaunchSettings) -> Manifest | None:
+    """A volume that outlives the pods (suspend, restarts) when the checkpoint path is a directory."""
+    if not _checkpoint_is_directory(job):
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(job, names.checkpoint_claim_name(job.name)),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": settings.checkpoint_storage}},
+        },
+    }
+
+
+def _checkpoint_is_directory(job: HeteroTrainJob) -> bool:
+    return job.spec.checkpoint is not None and job.spec.checkpoint.path.startswith("/")
+
+
+def master_address(job: HeteroTrainJob, generation: int) -> str:
+    """Rank 0's stable DNS name through the headless Service."""
+    return f"{names.pod_hostname(generation, 0)}.{names.service_name(job.name)}.{job.namespace}.svc"
+
+
+def worker_env(
+    job: HeteroTrainJob, allocation: StatusAllocation, worker: WorkerAllocation, settings: LaunchSettings
+) -> list[dict[str, Any]]:
+    """User variables first, then the operator's contract with the runtime."""
+    env: list[dict[str, Any]] = [variable.to_wire() for variable in job.spec.env]
+    operator_env = {
+        contract.RANK_ENV: str(worker.rank),
+        contract.WORLD_SIZE_ENV: str(len(allocation.workers)),
+        contract.MASTER_ADDR_ENV: master_address(job, allocation.generation),
+        contract.MASTER_PORT_ENV: str(settings.master_port),
+        contract.PLAN_SOURCE_ENV: f"{names.PLAN_MOUNT_DIR}/{contract.PLAN_CONFIGMAP_KEY}",
+        contract.EPOCHS_ENV: str(job.spec.epochs),
+        metric_names.METRICS_PORT_ENV: str(settings.metrics_port),
+        metric_names.JOB_NAME_ENV: job.name,
+        metric_names.GPU_CLASS_ENV: worker.gpu_class,
+    }
+    if job.spec.checkpoint is not None:
+        operator_env[contract.CHECKPOINT_DIR_ENV] = job.spec.checkpoint.path
+        operator_env[contract.CHECKPOINT_EVERY_ENV] = str(job.spec.checkpoint.every_epochs)
+    env += [{"name": key, "value": value} for key, value in operator_env.items()]
+    env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    return env
+
+
+def _restricted_security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def worker_pod(
+    job: HeteroTrainJob, allocation: StatusAllocation, worker: WorkerAllocation, settings: LaunchSettings
+) -> Manifest:
+    """One worker: bound to its node (there is no scheduler between us and the kubelet), holding its
+    GPUs through the class's extended resource."""
+    generation = allocation.generation
+    info = settings.class_info(worker.gpu_class)
+    labels = {
+        names.LABEL_RANK: str(worker.rank),
+        names.LABEL_GENERATION: str(generation),
+        names.LABEL_GPU_CLASS: worker.gpu_class,
+    }
+    metadata = _metadata(job, names.pod_name(job.name, generation, worker.rank), labels)
+    metadata["annotations"] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(settings.metrics_port),
+        "prometheus.io/path": "/metrics",
+    }
+    mounts = [
+        {"name": "plan", "mountPath": names.PLAN_MOUNT_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "plan", "configMap": {"name": names.plan_config_map_name(job.name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if job.spec.checkpoint is not None and _checkpoint_is_directory(job):
+        mounts.append({"name": "checkpoint", "mountPath": job.spec.checkpoint.path})
+        volumes.append(
+            {
+                "name": "checkpoint",
+                "persistentVolumeClaim": {"claimName": names.checkpoint_claim_name(job.name)},
+            }
+        )
+    gpus = str(worker.gpus)
+    container: dict[str, Any] = {
+        "name": names.WORKER_CONTAINER,
+        "image": job.spec.image,
+        "env": worker_env(job, allocation, worker, settings),
+        "ports": [
+            {"name": "rendezvous", "containerPort": settings.master_port},
+            {"name": "metrics", "containerPort": settings.metrics_port},
+        ],
+        "resources": {"limits": {info.resource_name: gpus}, "requests": {info.resource_name: gpus}},
+        "volumeMounts": mounts,
+        "securityContext": _restricted_security_context(),
+    }
+    if job.spec.command:
+        container["command"] = list(job.spec.command)
+    if job.spec.args:
+        container["args"] = list(job.spec.args)
+    spec: dict[str, Any] = {
+        "nodeName": worker.node,
+        "hostname": names.pod_hostname(generation, worker.rank),
+        "subdomain": names.service_name(job.name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_user,
+            "fsGroup": settings.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if info.tolerations:
+        spec["tolerations"] = [dict(toleration) for toleration in info.tolerations]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": merge_pod_overrides(spec, job.spec.pod_overrides or {}),
+    }
+
+
+def merge_pod_overrides(spec: Manifest, overrides: Mapping[str, Any]) -> Manifest:
+    """podOverrides on top of the built spec: lists are appended (tolerations, volumes), mappings
+    merged, anything else replaced. Operator-owned fields are refused earlier, by validation."""
+    merged = dict(spec)
+    for key, value in overrides.items():
+        current = merged.get(key)
+        if isinstance(current, list) and isinstance(value, list):
+            merged[key] = [*current, *value]
+        elif isinstance(current, dict) and isinstance(value, dict):
+            merged[key] = {**current, **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def worker_pods(
+    job: HeteroTrainJob, allocation: StatusAllocation, settings: LaunchSettings
+) -> list[Manifest]:
+    return [worker_pod(job, allocation, worker, settings) for worker in allocation.workers]
+
+
+def generation_manifests(
+    job: HeteroTrainJob, allocation: StatusAllocation, plan: contract.Plan, settings: LaunchSettings
+) -> list[Manifest]:
+    """Everything one allocation generation needs, in creation order (pods last: they mount the rest)."""
+    manifests = [headless_service(job, settings), plan_config_map(job, plan)]
+    claim = checkpoint_claim(job, settings)
+    if claim is not None:
+        manifests.append(claim)
+    return [*manifests, *worker_pods(job, allocation, settings)]
+
+
+def pod_names(job_name: str, allocation: StatusAllocation) -> Sequence[str]:
+    return [names.pod_name(job_name, allocation.generation, w.rank) for w in allocation.workers]

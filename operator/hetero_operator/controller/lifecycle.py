@@ -1,0 +1,452 @@
+"""A job's life as pure functions: observed pods and status in, next status and actions out.
+
+Phases: Queued -> Starting -> Running -> Succeeded | Failed, plus Restarting (a worker failed: the
+group restarts on the same GPUs from its checkpoint after a doubling backoff, up to
+`restartPolicy.maxRestarts`) and Suspended. A lost node (deleted or NotReady) re-queues the job and
+the scheduler places it again. Stopping for preemption, a resize or suspension is "checkpoint first":
+the pods are asked to save (an annotation), given a grace period, then deleted; a resized job goes
+back through the queue, keeping its arrival time, and is placed again at its new size.
+
+An allocation keeps a generation number that only grows; pod names carry it, so pods of an earlier
+generation can never be mistaken for the current ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from hetero_operator.controller import names
+from hetero_operator.controller.facts import PodFacts
+from hetero_operator.resources import (
+    Allocation,
+    Condition,
+    ConditionStatus,
+    HeteroTrainJob,
+    HeteroTrainJobStatus,
+    Phase,
+    Plan,
+)
+
+
+class ConditionType(StrEnum):
+    VALID = "Valid"
+    PLACED = "Placed"
+    PODS_READY = "PodsReady"
+    DRAINING = "Draining"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class DrainReason(StrEnum):
+    PREEMPTED = "Preempted"
+    RESIZED = "Resized"
+    SUSPENDED = "Suspended"
+
+
+HOLDING_PHASES = frozenset({Phase.STARTING, Phase.RUNNING, Phase.RESTARTING})
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleConfig:
+    checkpoint_grace_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A Kubernetes Event to post on the job."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to do for one job after looking at it once."""
+
+    status: HeteroTrainJobStatus
+    ensure_generation: bool = False
+    delete_pods: tuple[str, ...] = ()
+    force_delete_pods: tuple[str, ...] = ()
+    request_checkpoint: tuple[str, ...] = ()
+    events: tuple[JobEvent, ...] = ()
+    wake_in: float | None = None
+    restarted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    job: HeteroTrainJob
+    pods: tuple[PodFacts, ...] = ()
+    lost_nodes: frozenset[str] = field(default_factory=frozenset)
+    now: float = 0.0
+
+
+# --- conditions ----------------------------------------------------------------------------------
+
+
+def _time(now: float) -> datetime:
+    return datetime.fromtimestamp(now, UTC).replace(microsecond=0)
+
+
+def condition(status: HeteroTrainJobStatus, kind: ConditionType) -> Condition | None:
+    return next((c for c in status.conditions if c.type == kind.value), None)
+
+
+def is_true(status: HeteroTrainJobStatus, kind: ConditionType) -> bool:
+    found = condition(status, kind)
+    return found is not None and found.status is ConditionStatus.TRUE
+
+
+def set_condition(
+    status: HeteroTrainJobStatus,
+    kind: ConditionType,
+    value: bool,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int | None = None,
+) -> HeteroTrainJobStatus:
+    """Set a condition; its transition time moves only when its truth changes, and an identical
+    condition leaves the status untouched (no write)."""
+    wanted = ConditionStatus.TRUE if value else ConditionStatus.FALSE
+    found = condition(status, kind)
+    if (
+        found is not None
+        and found.status is wanted
+        and found.reason == reason
+        and found.message == message
+        and (generation is None or found.observed_generation == generation)
+    ):
+        return status
+    since = found.last_transition_time if found is not None and found.status is wanted else _time(now)
+    updated = Condition(
+        type=kind.value,
+        status=wanted,
+        reason=reason,
+        message=message[:32768],
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    return status.with_condition(updated)
+
+
+def clear_condition(
+    status: HeteroTrainJobStatus, kind: ConditionType, reason: str, message: str, now: float
+) -> HeteroTrainJobStatus:
+    """Set a condition False if it is there at all."""
+    if condition(status, kind) is None:
+        return status
+    return set_condition(status, kind, False, reason, message, now)
+
+
+# --- transitions the scheduling loop applies -----------------------------------------------------
+
+
+def queued(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
+    """A freshly validated job."""
+    status = job.status or HeteroTrainJobStatus()
+    status = set_condition(status, ConditionType.VALID, True, "Validated", "the spec is valid", now)
+    return status.model_copy(update={"phase": Phase.QUEUED, "observed_generation": job.generation})
+
+
+def invalid(
+    job_status: HeteroTrainJobStatus | None, problems: Sequence[str], now: float
+) -> HeteroTrainJobStatus:
+    status = job_status or HeteroTrainJobStatus()
+    status = set_condition(status, ConditionType.VALID, False, "InvalidSpec", "; ".join(problems), now)
+    return status.model_copy(update={"phase": Phase.FAILED})
+
+
+def placed(
+    job: HeteroTrainJob, allocation: Allocation, plan: Plan, samples_per_second: float | None, now: float
+) -> HeteroTrainJobStatus:
+    status = job.status or HeteroTrainJobStatus()
+    predicted = f", predicted {samples_per_second:.1f} samples/s" if samples_per_second else ""
+    message = (
+        f"{allocation.total_gpus} GPUs ({allocation.classes}) on {_node_count(allocation)} nodes{predicted}"
+    )
+    status = set_condition(status, ConditionType.PLACED, True, "Placed", message, now)
+    status = set_condition(
+        status, ConditionType.PODS_READY, False, "PodsStarting", "creating the workers", now
+    )
+    return status.model_copy(
+        update={
+            "phase": Phase.STARTING,
+            "allocation": allocation,
+            "plan": plan,
+            "observed_generation": job.generation,
+        }
+    )
+
+
+def waiting(job: HeteroTrainJob, message: str, now: float) -> HeteroTrainJobStatus:
+    status = job.status or HeteroTrainJobStatus()
+    return set_condition(status, ConditionType.PLACED, False, "Unschedulable", message, now)
+
+
+def draining(job: HeteroTrainJob, reason: DrainReason, message: str, now: float) -> HeteroTrainJobStatus:
+    """Start a checkpoint-first stop; the lifecycle finishes it once the grace period is over."""
+    status = job.status or HeteroTrainJobStatus()
+    return set_condition(status, ConditionType.DRAINING, True, reason.value, message, now)
+
+
+def next_generation(allocation: Allocation | None) -> int:
+    return 0 if allocation is None else allocation.generation + 1
+
+
+def _node_count(allocation: Allocation) -> int:
+    return len({w.node for w in allocation.workers})
+
+
+def _released(allocation: Allocation | None) -> Allocation | None:
+    """No GPUs, but the generation is kept so the next placement's pod names are new."""
+    if allocation is None:
+        return None
+    return Allocation.from_workers([], generation=allocation.generation)
+
+
+# --- the reconcile step --------------------------------------------------------------------------
+
+
+def reconcile(seen: Observation, config: LifecycleConfig) -> Step:
+    """The next status and actions for one job, from its status and its pods."""
+    job = seen.job
+    status = job.status or HeteroTrainJobStatus()
+    phase = status.phase
+    if phase is None or not is_true(status, ConditionType.VALID):
+        return Step(status)
+    pods = seen.pods
+    if phase in TERMINAL_PHASES:
+        return Step(status, delete_pods=_names(p for p in pods if p.live and not p.deleting))
+    if phase is Phase.SUSPENDED:
+        return _suspended(seen, status)
+    allocation = status.allocation
+    workers = allocation.workers if allocation is not None else []
+    if is_true(status, ConditionType.DRAINING):
+        return _drain(seen, status, config)
+    if job.spec.suspend:
+        return _suspend(seen, status, config)
+    if phase is Phase.QUEUED or not workers:
+        return Step(status, delete_pods=_names(p for p in pods if p.live and not p.deleting))
+    lost = sorted({w.node for w in workers} & seen.lost_nodes)
+    if lost:
+        return _node_lost(seen, status, lost)
+    if phase is Phase.RESTARTING:
+        return _restarting(seen, status)
+    return _starting_or_running(seen, status)
+
+
+def _names(pods: Iterable[PodFacts]) -> tuple[str, ...]:
+    return tuple(sorted(p.name for p in pods))
+
+
+def _current(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> dict[str, PodFacts]:
+    allocation = status.allocation
+    if allocation is None:
+        return {}
+    return {p.name: p for p in pods if p.generation == allocation.generation}
+
+
+def _stale_live(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> list[PodFacts]:
+    generation = status.allocation.generation if status.allocation is not None else None
+    return [p for p in pods if p.live and not p.deleting and p.generation != generation]
+
+
+def _event(kind: str, reason: str, message: str) -> JobEvent:
+    return JobEvent(kind, reason, message)
+
+
+def _suspended(seen: Observation, status: HeteroTrainJobStatus) -> Step:
+    leftovers = _names(p for p in seen.pods if p.live and not p.deleting)
+    if seen.job.spec.suspend:
+        return Step(status, delete_pods=leftovers)
+    resumed = status.model_copy(update={"phase": Phase.QUEUED})
+    resumed = set_condition(resumed, ConditionType.PLACED, False, "Resumed", "waiting to be placed", seen.now)
+    return Step(
+        resumed, delete_pods=leftovers, events=(_event("Normal", "Resumed", "spec.suspend is false: queued"),)
+    )
+
+
+def _suspend(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleConfig) -> Step:
+    """spec.suspend became true: a job holding GPUs drains first, a waiting one stops at once."""
+    live = [p for p in seen.pods if p.live and not p.deleting]
+    if status.phase in HOLDING_PHASES and live:
+        message = "spec.suspend is true: the workers save a checkpoint, then stop"
+        started = draining(seen.job, DrainReason.SUSPENDED, message, seen.now)
+        return _drain(replace(seen, job=seen.job.model_copy(update={"status": started})), started, config)
+    return _finish_drain(seen, status, DrainReason.SUSPENDED, live)
+
+
+def _drain(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleConfig) -> Step:
+    found = condition(status, ConditionType.DRAINING)
+    assert found is not None
+    reason = (
+        DrainReason(found.reason)
+        if found.reason in DrainReason.__members__.values()
+        else DrainReason.PREEMPTED
+    )
+    live = [p for p in seen.pods if p.live and not p.deleting]
+    on_lost = [p for p in live if p.node in seen.lost_nodes]
+    waiting_for = [p for p in live if p.node not in seen.lost_nodes]
+    deadline = found.last_transition_time.timestamp() + config.checkpoint_grace_seconds
+    if waiting_for and seen.now < deadline:
+        return Step(
+            status,
+            request_checkpoint=_names(p for p in waiting_for if not p.checkpoint_requested),
+            force_delete_pods=_names(on_lost),
+            wake_in=deadline - seen.now,
+        )
+    return _finish_drain(seen, status, reason, live)
+
+
+def _finish_drain(
+    seen: Observation, status: HeteroTrainJobStatus, reason: DrainReason, live: Sequence[PodFacts]
+) -> Step:
+    now = seen.now
+    suspend = reason is DrainReason.SUSPENDED and seen.job.spec.suspend
+    phase = Phase.SUSPENDED if suspend else Phase.QUEUED
+    updated = status.model_copy(update={"phase": phase, "allocation": _released(status.allocation)})
+    updated = clear_condition(updated, ConditionType.DRAINING, "Stopped", "the workers stopped", now)
+    updated = set_condition(updated, ConditionType.PODS_READY, False, "Stopped", "no workers", now)
+    if suspend:
+        message = "suspended: workers stopped, checkpoint kept"
+        updated = set_condition(updated, ConditionType.PLACED, False, "Suspended", message, now)
+    else:
+        message = (
+            f"{reason.value.lower()}: workers stopped after their checkpoint; waiting to be placed again"
+        )
+        updated = set_condition(updated, ConditionType.PLACED, False, reason.value, message, now)
+    on_lost = [p for p in live if p.node in seen.lost_nodes]
+    return Step(
+        updated,
+        delete_pods=_names(p for p in live if p.node not in seen.lost_nodes),
+        force_delete_pods=_names(on_lost),
+        events=(_event("Normal", phase.value if suspend else reason.value, message),),
+    )
+
+
+def _node_lost(seen: Observation, status: HeteroTrainJobStatus, lost: Sequence[str]) -> Step:
+    now = seen.now
+    message = f"node {', '.join(lost)} is gone or not Ready: the job is queued to be placed again"
+    updated = status.model_copy(update={"phase": Phase.QUEUED, "allocation": _released(status.allocation)})
+    updated = set_condition(updated, ConditionType.PLACED, False, "NodeLost", message, now)
+    updated = set_condition(updated, ConditionType.PODS_READY, False, "NodeLost", message, now)
+    live = [p for p in seen.pods if p.live]
+    return Step(
+        updated,
+        delete_pods=_names(p for p in live if p.node not in seen.lost_nodes and not p.deleting),
+        force_delete_pods=_names(p for p in live if p.node in seen.lost_nodes),
+        events=(_event("Warning", "NodeLost", message),),
+    )
+
+
+def _backoff(status: HeteroTrainJobStatus, job: HeteroTrainJob) -> float:
+    base = job.spec.restart_policy.backoff_seconds
+    return float(base * 2 ** max(status.restarts - 1, 0))
+
+
+def _restarting(seen: Observation, status: HeteroTrainJobStatus) -> Step:
+    live = [p for p in _current(seen.pods, status).values() if p.live]
+    started = condition(status, ConditionType.RESTARTING)
+    since = started.last_transition_time.timestamp() if started is not None else seen.now
+    due = since + _backoff(status, seen.job)
+    if live or seen.now < due:
+        return Step(
+            status,
+            delete_pods=_names(p for p in live if not p.deleting),
+            wake_in=max(due - seen.now, 0.5),
+        )
+    allocation = status.allocation
+    assert allocation is not None
+    fresh = Allocation.from_workers(allocation.workers, generation=allocation.generation + 1)
+    updated = status.model_copy(update={"phase": Phase.STARTING, "allocation": fresh})
+    restart = f"restart {status.restarts} of {seen.job.spec.restart_policy.max_restarts}"
+    updated = clear_condition(updated, ConditionType.RESTARTING, "Restarted", f"{restart} began", seen.now)
+    message = f"{restart}: starting worker generation {fresh.generation} from the last checkpoint"
+    return Step(
+        updated,
+        ensure_generation=True,
+        delete_pods=_names(p for p in seen.pods if p.generation == allocation.generation and not p.deleting),
+        events=(_event("Normal", "Restarting", message),),
+    )
+
+
+def _starting_or_running(seen: Observation, status: HeteroTrainJobStatus) -> Step:
+    allocation = status.allocation
+    assert allocation is not None
+    now = seen.now
+    stale = _names(_stale_live(seen.pods, status))
+    current = _current(seen.pods, status)
+    expected = [names.pod_name(seen.job.name, allocation.generation, w.rank) for w in allocation.workers]
+    failed = [current[n] for n in expected if n in current and current[n].phase == "Failed"]
+    missing = [n for n in expected if n not in current]
+    if failed:
+        pod = failed[0]
+        return _failure(seen, status, f"worker pod {pod.name} failed with exit code {pod.exit_code}")
+    if missing and status.phase is Phase.RUNNING:
+        return _failure(seen, status, f"worker pod {missing[0]} disappeared")
+    if missing:
+        return Step(status, ensure_generation=True, delete_pods=stale)
+    pods = [current[n] for n in expected]
+    if all(p.phase == "Succeeded" for p in pods):
+        message = f"all {len(pods)} workers finished"
+        updated = status.model_copy(update={"phase": Phase.SUCCEEDED})
+        updated = set_condition(updated, ConditionType.SUCCEEDED, True, "WorkersSucceeded", message, now)
+        updated = set_condition(updated, ConditionType.PODS_READY, False, "Finished", message, now)
+        return Step(updated, delete_pods=stale, events=(_event("Normal", "Succeeded", message),))
+    if status.phase is Phase.STARTING and all(p.phase in ("Running", "Succeeded") for p in pods):
+        message = f"all {len(pods)} workers are running"
+        updated = status.model_copy(update={"phase": Phase.RUNNING})
+        updated = set_condition(updated, ConditionType.PODS_READY, True, "WorkersRunning", message, now)
+        return Step(updated, delete_pods=stale, events=(_event("Normal", "Running", message),))
+    return Step(status, delete_pods=stale)
+
+
+def _failure(seen: Observation, status: HeteroTrainJobStatus, what: str) -> Step:
+    now = seen.now
+    policy = seen.job.spec.restart_policy
+    live = _names(p for p in seen.pods if p.live and not p.deleting)
+    if status.restarts < policy.max_restarts:
+        restarts = status.restarts + 1
+        updated = status.model_copy(update={"phase": Phase.RESTARTING, "restarts": restarts})
+        delay = _backoff(updated, seen.job)
+        message = f"{what}; restart {restarts} of {policy.max_restarts} in {delay:g} s"
+        updated = set_condition(updated, ConditionType.RESTARTING, True, "WorkerFailed", message, now)
+        updated = set_condition(updated, ConditionType.PODS_READY, False, "WorkerFailed", message, now)
+        return Step(
+            updated,
+            delete_pods=live,
+            events=(_event("Warning", "WorkerFailed", message),),
+            wake_in=max(delay, 0.5),
+            restarted=True,
+        )
+    message = f"{what}; no restarts left (restartPolicy.maxRestarts={policy.max_restarts})"
+    updated = status.model_copy(update={"phase": Phase.FAILED})
+    updated = set_condition(updated, ConditionType.FAILED, True, "RestartsExhausted", message, now)
+    updated = set_condition(updated, ConditionType.PODS_READY, False, "WorkerFailed", message, now)
+    return Step(updated, delete_pods=live, events=(_event("Warning", "Failed", message),))
+
+
+# --- what the scheduler sees ---------------------------------------------------------------------
+
+
+class Role(StrEnum):
+    QUEUED = "queued"
+    HOLDING = "holding"
+    NONE = "none"
+
+
+def scheduling_role(job: HeteroTrainJob, status: HeteroTrainJobStatus, pods: Sequence[PodFacts]) -> Role:
+    """Queued jobs wait for a placement once all their old pods are gone (a new generation must not
+    start next to workers still saving a checkpoint); jobs holding GPUs keep them in the snapshot."""
+    if status.phase is Phase.QUEUED and not job.spec.suspend:
+        return Role.NONE if any(p.live for p in pods) else Role.QUEUED
+    if status.phase in HOLDING_PHASES and status.allocation is not None and status.allocation.workers:
+        return Role.HOLDING
+    return Role.NONE

@@ -1,0 +1,457 @@
+"""The one loop that changes jobs: debounced cycles over the indexes.
+
+Each cycle reads one view of the cluster, steps every job's lifecycle (pure), builds the scheduler's
+snapshot from the result, calls `schedule()` (pure) and applies both. Being the only writer of job
+status after validation, it needs no locks; a job's status is always written before its pods are
+created, so an operator killed at any point restarts into a state it can finish without duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from hetero_operator.controller import launcher, names
+from hetero_operator.controller.facts import JobFacts
+from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
+from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KubeClient, KubeError, path_of
+from hetero_operator.controller.lifecycle import (
+    HOLDING_PHASES,
+    ConditionType,
+    DrainReason,
+    JobEvent,
+    LifecycleConfig,
+    Observation,
+    Role,
+    Step,
+    draining,
+    invalid,
+    is_true,
+    next_generation,
+    placed,
+    queued,
+    reconcile,
+    scheduling_role,
+    waiting,
+)
+from hetero_operator.controller.metrics import OperatorMetrics
+from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
+from hetero_operator.controller.validation import semantic_problems
+from hetero_operator.plan import Plan as PlanDocument
+from hetero_operator.resources import Allocation as StatusAllocation
+from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
+from hetero_operator.scheduler import Allocation, Decisions, SchedulerConfig, schedule
+
+log = logging.getLogger(__name__)
+
+INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
+HANDLER_GRACE_SECONDS = 3.0
+RECREATE_AFTER_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    debounce_seconds: float = 0.2
+    idle_wake_seconds: float = 10.0
+    concurrency: int = 32
+    namespaces: tuple[str, ...] = ()
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    launch: launcher.LaunchSettings = field(default_factory=launcher.LaunchSettings)
+
+
+@dataclass
+class _Work:
+    """One job in one cycle: what the index says and the status after its lifecycle step."""
+
+    facts: JobFacts
+    job: HeteroTrainJob
+    step: Step
+
+
+def _status_of(job: HeteroTrainJob) -> HeteroTrainJobStatus:
+    return job.status or HeteroTrainJobStatus()
+
+
+def status_patch(old: HeteroTrainJobStatus, new: HeteroTrainJobStatus) -> dict[str, Any]:
+    """A merge patch of the top-level status fields that changed (None removes a field), so fields
+    other writers own (progress, rebalances) are left alone."""
+    before, after = old.to_wire(), new.to_wire()
+    patch: dict[str, Any] = {key: value for key, value in after.items() if before.get(key) != value}
+    patch.update({key: None for key in before if key not in after})
+    return patch
+
+
+def _newer(candidate: str, than: str) -> bool:
+    """resourceVersions from one etcd are increasing integers; anything else counts as not newer."""
+    try:
+        return int(candidate) > int(than)
+    except ValueError:
+        return False
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        client: KubeClient,
+        indexes: Mapping[str, Mapping[str, Iterable[object]]],
+        config: LoopConfig,
+        metrics: OperatorMetrics,
+    ) -> None:
+        self.client = client
+        self.indexes = indexes
+        self.config = config
+        self.metrics = metrics
+        self._wake = asyncio.Event()
+        self._next_wake = config.idle_wake_seconds
+        self._written: dict[str, JobFacts] = {}
+        # (job key, generation) -> when its objects were last created; the watch needs a moment to
+        # show new pods, and re-posting every object each cycle until then would only earn 409s.
+        self._created: dict[tuple[str, int], float] = {}
+        self._limit = asyncio.Semaphore(config.concurrency)
+        self.cycles = 0
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        await self.wait_for_indexes()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self._next_wake)
+            await asyncio.sleep(self.config.debounce_seconds)
+            self._wake.clear()
+            self._next_wake = self.config.idle_wake_seconds
+            started = time.perf_counter()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling cycle failed; retrying")
+                self._wake_in(1.0)
+            self.metrics.cycle_seconds.observe(time.perf_counter() - started)
+            self.cycles += 1
+
+    def _wake_in(self, seconds: float | None) -> None:
+        if seconds is not None:
+            self._next_wake = max(0.05, min(self._next_wake, seconds))
+
+    # --- start-up -------------------------------------------------------------------------------
+
+    async def wait_for_indexes(self, timeout: float = 60.0) -> None:
+        """Hold the first cycle until the indexes hold everything that existed at start: deciding on
+        a partial view could place a job twice or hand out GPUs that are taken."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                jobs, pods, nodes = await self._existing_objects()
+                break
+            except (KubeError, httpx.HTTPError) as error:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("listing the cluster failed (%s); retrying", error)
+                await asyncio.sleep(0.5)
+        while time.monotonic() < deadline:
+            view = self._view()
+            seen_pods = {f"{p.namespace}/{p.name}" for p in view.all_pods()}
+            if jobs <= set(view.jobs) and pods <= seen_pods and nodes <= set(view.nodes):
+                log.info("indexes ready: %d jobs, %d pods, %d nodes", len(jobs), len(pods), len(nodes))
+                return
+            await asyncio.sleep(0.1)
+        log.warning("indexes incomplete after %.0f s; starting anyway", timeout)
+
+    async def _existing_objects(self) -> tuple[set[str], set[str], set[str]]:
+        scopes = [f"/namespaces/{ns}" for ns in self.config.namespaces] or [""]
+        jobs: set[str] = set()
+        pods: set[str] = set()
+        for scope in scopes:
+            for item in await self.client.list_items(f"{HETEROTRAIN}{scope}/heterotrainjobs"):
+                jobs.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+            selector = {"labelSelector": names.LABEL_JOB}
+            for item in await self.client.list_items(f"{CORE}{scope}/pods", selector):
+                pods.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+        nodes = {item["metadata"]["name"] for item in await self.client.list_items(f"{CORE}/nodes")}
+        return jobs, pods, nodes
+
+    # --- one cycle ------------------------------------------------------------------------------
+
+    def _view(self) -> ClusterView:
+        get = self.indexes.get
+        view = ClusterView.from_indexes(
+            get("htj_classes") or {}, get("htj_nodes") or {}, get("htj_jobs") or {}, get("htj_pods") or {}
+        )
+        jobs = dict(view.jobs)
+        for key, written in list(self._written.items()):
+            indexed = jobs.get(key)
+            if indexed is None or not _newer(written.resource_version, indexed.resource_version):
+                del self._written[key]  # the watch caught up (or the job is gone)
+            else:
+                jobs[key] = written
+        return ClusterView(view.classes, view.nodes, jobs, view.pods_by_job, view.node_class)
+
+    async def cycle(self) -> Decisions:
+        cycle_started = time.perf_counter()
+        now = time.time()
+        fresh = time.monotonic() - 6 * RECREATE_AFTER_SECONDS
+        self._created = {key: at for key, at in self._created.items() if at > fresh}
+        view = self._view()
+        work: dict[str, _Work] = {}
+        unvalidated: list[JobFacts] = []
+        for key, facts in sorted(view.jobs.items()):
+            if facts.deleting:
+                continue
+            if facts.phase is None:
+                # The create handler validates new jobs; take over only if it did not within a few seconds.
+                if now - facts.created_at >= HANDLER_GRACE_SECONDS:
+                    unvalidated.append(facts)
+                else:
+                    self._wake_in(HANDLER_GRACE_SECONDS)
+                continue
+            if facts.model is None:
+                continue
+            job = facts.model
+            observation = Observation(
+                job, view.pods_of(key), view.lost_nodes(_status_of(job).allocation), now
+            )
+            work[key] = _Work(facts, job, reconcile(observation, self.config.lifecycle))
+        await self._gather(self._apply_step(item, view) for item in work.values())
+        await self._gather(self._validate(facts, now) for facts in unvalidated)
+        requests = []
+        for key, item in work.items():
+            status = item.step.status
+            role = scheduling_role(item.job, status, view.pods_of(key))
+            if role is Role.QUEUED:
+                requests.append(job_request(item.facts, item.job, status, holding=False))
+            elif role is Role.HOLDING and not view.lost_nodes(status.allocation):
+                requests.append(job_request(item.facts, item.job, status, holding=True))
+        snapshot = build_snapshot(view, requests, now)
+        started = time.perf_counter()
+        decisions = schedule(snapshot, self.config.scheduler)
+        self.metrics.schedule_seconds.observe(time.perf_counter() - started)
+        scheduled = time.perf_counter()
+        await self._apply_decisions(decisions, work, view, now)
+        self._export(work, decisions)
+        log.debug(
+            "cycle: %d jobs, lifecycle+view %.3f s, schedule %.3f s, apply %.3f s (%d placed)",
+            len(work),
+            started - cycle_started,
+            scheduled - started,
+            time.perf_counter() - scheduled,
+            len(decisions.place),
+        )
+        return decisions
+
+    async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
+        async def limited(call: Awaitable[None]) -> None:
+            async with self._limit:
+                try:
+                    await call
+                except KubeError as error:
+                    log.warning("%s", error)
+
+        await asyncio.gather(*(limited(call) for call in calls))
+
+    # --- lifecycle actions ----------------------------------------------------------------------
+
+    async def _apply_step(self, item: _Work, view: ClusterView) -> None:
+        step, job, namespace = item.step, item.job, item.facts.namespace
+        job_now = await self._write_status(item, step.status)
+        if job_now is None:
+            return
+        for name in step.force_delete_pods:
+            await self.client.delete(path_of("Pod", namespace, name), grace_seconds=0)
+        for name in step.delete_pods:
+            await self.client.delete(path_of("Pod", namespace, name))
+        await self._request_checkpoint(namespace, step.request_checkpoint)
+        if step.ensure_generation and self._due_for_creation(item.facts.key, job_now):
+            await self._create_generation(job_now, view, replace_plan=False)
+        for event in step.events:
+            await self._event(job, event)
+        if step.restarted:
+            self.metrics.restarts.inc()
+        self._wake_in(step.wake_in)
+
+    async def _validate(self, facts: JobFacts, now: float) -> None:
+        """The create handler validates new jobs; this catches one it never got to (an operator killed
+        between a job's creation and its first status write)."""
+        problems = list(facts.problems)
+        if facts.model is not None:
+            problems += semantic_problems(facts.model)
+        job = facts.model
+        if job is None or problems:
+            status = invalid(job.status if job is not None else None, problems, now)
+        else:
+            status = queued(job, now)
+        body = await self.client.merge_patch(
+            path_of("HeteroTrainJob", facts.namespace, facts.name, "status"), {"status": status.to_wire()}
+        )
+        if body is not None:
+            self._written[facts.key] = JobFacts.from_body(body)
+
+    async def _write_status(self, item: _Work, new: HeteroTrainJobStatus) -> HeteroTrainJob | None:
+        """Patch the status if it changed; the returned job carries the new status (None: job gone)."""
+        old = _status_of(item.job)
+        patch = status_patch(old, new)
+        job = item.job.model_copy(update={"status": new})
+        if not patch:
+            item.job = job
+            return job
+        path = path_of("HeteroTrainJob", item.facts.namespace, item.facts.name, "status")
+        body = await self.client.merge_patch(path, {"status": patch})
+        if body is None:
+            return None
+        written = JobFacts.from_body(body)
+        self._written[written.key] = written
+        item.job = job
+        return job
+
+    async def _request_checkpoint(self, namespace: str, pods: Iterable[str]) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {"metadata": {"annotations": {names.CHECKPOINT_REQUESTED_ANNOTATION: stamp}}}
+        for name in pods:
+            await self.client.merge_patch(path_of("Pod", namespace, name), patch)
+
+    def _due_for_creation(self, key: str, job: HeteroTrainJob) -> bool:
+        allocation = _status_of(job).allocation
+        if allocation is None:
+            return False
+        created = self._created.get((key, allocation.generation))
+        return created is None or time.monotonic() - created > RECREATE_AFTER_SECONDS
+
+    async def _create_generation(self, job: HeteroTrainJob, view: ClusterView, replace_plan: bool) -> None:
+        status = _status_of(job)
+        allocation = status.allocation
+        if allocation is None or not allocation.workers:
+            return
+        self._created[(f"{job.namespace}/{job.name}", allocation.generation)] = time.monotonic()
+        version = status.plan.version if status.plan is not None else 1
+        predicted = status.plan.predicted_iteration_seconds if status.plan is not None else None
+        plan = initial_plan(job.spec, allocation, view.speeds(), version, predicted or None)
+        settings = launcher.LaunchSettings(
+            metrics_port=self.config.launch.metrics_port,
+            master_port=self.config.launch.master_port,
+            checkpoint_storage=self.config.launch.checkpoint_storage,
+            run_as_user=self.config.launch.run_as_user,
+            classes=view.launch_classes(),
+        )
+        config_map = launcher.plan_config_map(job, plan)
+        if replace_plan:
+            await self.client.create_or_replace_data(config_map)
+        else:
+            await self.client.create(config_map)
+        await self.client.create(launcher.headless_service(job, settings))
+        claim = launcher.checkpoint_claim(job, settings)
+        if claim is not None:
+            await self.client.create(claim)
+        await asyncio.gather(
+            *(self.client.create(pod) for pod in launcher.worker_pods(job, allocation, settings))
+        )
+
+    async def _event(self, job: HeteroTrainJob, event: JobEvent) -> None:
+        involved = {
+            "apiVersion": job.api_version,
+            "kind": "HeteroTrainJob",
+            "name": job.name,
+            "namespace": job.namespace,
+            "uid": str(job.metadata.get("uid", "")),
+        }
+        try:
+            await self.client.post_event(involved, event.type, event.reason, event.message)
+        except KubeError as error:
+            log.warning("event for %s/%s not posted: %s", job.namespace, job.name, error)
+
+    # --- scheduler decisions --------------------------------------------------------------------
+
+    async def _apply_decisions(
+        self, decisions: Decisions, work: Mapping[str, _Work], view: ClusterView, now: float
+    ) -> None:
+        calls: list[Awaitable[None]] = []
+        for key, allocation in decisions.place.items():
+            predicted = decisions.predicted_samples_per_second.get(key)
+            calls.append(self._place(work[key], allocation, predicted, view, now))
+        for key, message in decisions.unschedulable.items():
+            calls.append(self._wait(work[key], message, now))
+        stops = [
+            *((key, DrainReason.PREEMPTED, p.reason) for key, p in decisions.preempt.items()),
+            *((key, DrainReason.RESIZED, r.reason) for key, r in decisions.shrink.items()),
+            *((key, DrainReason.RESIZED, r.reason) for key, r in decisions.grow.items()),
+        ]
+        for key, reason, message in stops:
+            calls.append(self._stop(work[key], reason, message, view, now))
+        await self._gather(calls)
+
+    async def _place(
+        self, item: _Work, allocation: Allocation, predicted: float | None, view: ClusterView, now: float
+    ) -> None:
+        job = item.job
+        status = _status_of(job)
+        workers = [
+            WorkerAllocation(
+                rank=slot.rank,
+                node=slot.node,
+                gpu_class=slot.gpu_class,
+                gpus=slot.gpus,
+                virtual_worker=slot.virtual_worker,
+                stage=slot.stage,
+            )
+            for slot in allocation.workers
+        ]
+        generation = next_generation(status.allocation)
+        chosen = StatusAllocation.from_workers(workers, generation=generation)
+        version = status.plan.version + 1 if status.plan is not None else 1
+        iteration = job.spec.batch.global_batch / predicted if predicted else None
+        try:
+            plan: PlanDocument = initial_plan(job.spec, chosen, view.speeds(), version, iteration)
+        except PlanBuildError as error:
+            await self._wait(item, f"placement refused: {error}", now)
+            return
+        job_now = await self._write_status(item, placed(job, chosen, plan_status(plan), predicted, now))
+        if job_now is None:
+            return
+        self.metrics.placements.inc()
+        if generation == 0:
+            self.metrics.placement_seconds.observe(max(0.0, now - item.facts.created_at))
+        await self._create_generation(job_now, view, replace_plan=True)
+        message = f"placed on {chosen.total_gpus} GPUs ({chosen.classes}), worker generation {generation}"
+        await self._event(job_now, JobEvent("Normal", "Placed", message))
+
+    async def _wait(self, item: _Work, message: str, now: float) -> None:
+        updated = waiting(item.job, message, now)
+        if updated != _status_of(item.job):
+            await self._write_status(item, updated)
+
+    async def _stop(
+        self, item: _Work, reason: DrainReason, message: str, view: ClusterView, now: float
+    ) -> None:
+        status = _status_of(item.job)
+        if status.phase not in HOLDING_PHASES or is_true(status, ConditionType.DRAINING):
+            return  # already stopping, or not holding GPUs any more
+        job_now = await self._write_status(item, draining(item.job, reason, message, now))
+        if job_now is None:
+            return
+        self.metrics.preemptions.inc()
+        pods = [p.name for p in view.pods_of(item.facts.key) if p.live and not p.deleting]
+        await self._request_checkpoint(item.facts.namespace, pods)
+        await self._event(job_now, JobEvent("Normal", reason.value, f"{message}; saving a checkpoint first"))
+        self._wake_in(self.config.lifecycle.checkpoint_grace_seconds)
+
+    # --- metrics --------------------------------------------------------------------------------
+
+    def _export(self, work: Mapping[str, _Work], decisions: Decisions) -> None:
+        phases: Counter[str] = Counter()
+        for item in work.values():
+            phase = _status_of(item.job).phase
+            phases[phase.value if phase is not None else "Unknown"] += 1
+        self.metrics.set_jobs_by_phase(phases)
+        self.metrics.set_queue_lengths(decisions.metrics.queue_length)
+        self.metrics.set_gpus_allocated(decisions.metrics.gpus_allocated)

@@ -1,0 +1,63 @@
+"""Semantic validation: what the CRD schema and its CEL rules cannot see (pure).
+
+A job that passes the API server can still be one the operator cannot run; each problem names the
+field and the fix, and ends up in the job's `Valid=False` condition.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hetero_operator.controller import names
+from hetero_operator.controller.launcher import OPERATOR_OWNED_POD_FIELDS, RESERVED_ENV
+from hetero_operator.resources import HeteroTrainJob, InvalidResourceError
+from hetero_operator.resources.parallelism import HetPipeParameters, SESGDParameters
+
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def parse_job(body: dict[str, Any]) -> tuple[HeteroTrainJob | None, list[str]]:
+    """The job model and every problem found (empty when the job can run)."""
+    try:
+        job = HeteroTrainJob.from_k8s(body)
+    except InvalidResourceError as error:
+        return None, list(error.problems)
+    return job, semantic_problems(job)
+
+
+def semantic_problems(job: HeteroTrainJob) -> list[str]:
+    problems: list[str] = []
+    spec = job.spec
+    if len(job.name) > names.MAX_JOB_NAME_LENGTH or not DNS_1035_LABEL.match(job.name):
+        problems.append(
+            f"metadata.name: {job.name!r} must start with a letter, use only lowercase letters, digits "
+            f"and '-', and be at most {names.MAX_JOB_NAME_LENGTH} characters: it names the job's "
+            "headless Service and worker pods"
+        )
+    sizes = range(spec.gpus.min, spec.gpus.max + 1)
+    params = spec.parallelism.parameters()
+    if isinstance(params, HetPipeParameters) and params.virtual_worker_size is not None:
+        size = params.virtual_worker_size
+        if not any(n % size == 0 for n in sizes):
+            problems.append(
+                f"spec.parallelism.hetpipe.virtualWorkerSize: no multiple of {size} lies between gpus.min "
+                f"({spec.gpus.min}) and gpus.max ({spec.gpus.max}); change the size or the GPU range"
+            )
+    if isinstance(params, SESGDParameters) and params.groups is not None:
+        groups = params.groups
+        if not any(n % groups == 0 for n in sizes):
+            problems.append(
+                f"spec.parallelism.sesgd.groups: {groups} divides no worker count between gpus.min "
+                f"({spec.gpus.min}) and gpus.max ({spec.gpus.max}); groups must be equal-sized"
+            )
+    for variable in spec.env:
+        if variable.name in RESERVED_ENV:
+            problems.append(
+                f"spec.env[{variable.name}]: set by the operator for every worker; remove it from spec.env"
+            )
+    for key in sorted(set(spec.pod_overrides or {}) & OPERATOR_OWNED_POD_FIELDS):
+        problems.append(
+            f"spec.podOverrides.{key}: the operator sets this pod field itself; remove it from podOverrides"
+        )
+    return problems

@@ -1,0 +1,132 @@
+"""The "GPU pools" dashboard: what the operator holds and how fast it places jobs."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+from hetero_operator import metric_names as names
+from hetero_operator.dashboards import queries as q
+from hetero_operator.dashboards.panels import FULL_WIDTH, Query, new_dashboard, row, single_stat, time_series
+
+UID = "heterotrain-gpu-pools"
+GPU_CLASS = (names.LABEL_GPU_CLASS,)
+
+
+def gpu_pools() -> Dashboard:
+    return (
+        new_dashboard(
+            UID,
+            "heterotrain / GPU pools",
+            "GPUs allocated per GPU class, job queues, time to placement and scheduling latency of the "
+            "heterotrain operator.",
+            ["heterotrain", "scheduler"],
+        )
+        .with_row(row("Allocation"))
+        .with_panel(
+            single_stat(
+                "GPUs allocated",
+                "GPUs held by placed jobs, all classes.",
+                [Query(q.summed(names.OPERATOR_GPUS_ALLOCATED))],
+                "none",
+            )
+        )
+        .with_panel(
+            single_stat(
+                "Jobs queued",
+                "Jobs waiting to be placed, all queues.",
+                [Query(q.summed(names.OPERATOR_QUEUE_LENGTH))],
+                "none",
+            )
+        )
+        .with_panel(
+            single_stat(
+                "Placements per hour",
+                "Jobs placed per hour over the rate window.",
+                [Query(f"3600 * {q.per_second(names.OPERATOR_PLACEMENTS)}")],
+                "none",
+            )
+        )
+        .with_panel(
+            single_stat(
+                "Median time to placement",
+                "Median time from a job's creation to its first placement.",
+                [Query(q.histogram_quantile(0.5, names.OPERATOR_PLACEMENT_SECONDS))],
+                "s",
+            )
+        )
+        .with_panel(
+            time_series(
+                "GPUs allocated per class",
+                "GPUs held by placed jobs, stacked by GPU class.",
+                [Query(q.summed(names.OPERATOR_GPUS_ALLOCATED, GPU_CLASS), "{{gpu_class}}")],
+                "none",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            time_series(
+                "Jobs by phase",
+                "HeteroTrainJobs the operator sees, per phase.",
+                [Query(q.summed(names.OPERATOR_JOBS, (names.LABEL_PHASE,)), "{{phase}}")],
+                "none",
+                stacked=True,
+            )
+        )
+        .with_row(row("Queues and placement"))
+        .with_panel(
+            time_series(
+                "Queue length",
+                "Jobs waiting to be placed after each scheduling cycle, per queue.",
+                [Query(q.summed(names.OPERATOR_QUEUE_LENGTH, (names.LABEL_QUEUE,)), "{{queue}}")],
+                "none",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Time to placement",
+                "From a job's creation to its first placement.",
+                [
+                    Query(q.histogram_quantile(0.5, names.OPERATOR_PLACEMENT_SECONDS), "p50"),
+                    Query(q.histogram_quantile(0.9, names.OPERATOR_PLACEMENT_SECONDS), "p90"),
+                    Query(q.histogram_mean(names.OPERATOR_PLACEMENT_SECONDS), "mean"),
+                ],
+                "s",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Placements, preemptions and restarts",
+                "Per minute: jobs placed, jobs stopped to make room, worker groups restarted after failures.",
+                [
+                    Query(f"60 * {q.per_second(names.OPERATOR_PLACEMENTS)}", "placements"),
+                    Query(f"60 * {q.per_second(names.OPERATOR_PREEMPTIONS)}", "preemptions"),
+                    Query(f"60 * {q.per_second(names.OPERATOR_RESTARTS)}", "restarts"),
+                ],
+                "none",
+                width=FULL_WIDTH,
+            )
+        )
+        .with_row(row("Scheduling latency"))
+        .with_panel(
+            time_series(
+                "Scheduling cycle",
+                "Wall time of one whole scheduling cycle: reading state, schedule(), applying decisions.",
+                [
+                    Query(q.histogram_quantile(0.5, names.OPERATOR_CYCLE_SECONDS), "p50"),
+                    Query(q.histogram_quantile(0.99, names.OPERATOR_CYCLE_SECONDS), "p99"),
+                ],
+                "s",
+            )
+        )
+        .with_panel(
+            time_series(
+                "schedule() alone",
+                "Time of the pure placement decision, without API calls.",
+                [
+                    Query(q.histogram_quantile(0.5, names.OPERATOR_SCHEDULE_SECONDS), "p50"),
+                    Query(q.histogram_quantile(0.99, names.OPERATOR_SCHEDULE_SECONDS), "p99"),
+                ],
+                "s",
+            )
+        )
+    )

@@ -1,0 +1,1 @@
+"""What ships the operator: the Helm chart's generated templates."""

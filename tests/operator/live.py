@@ -1,0 +1,177 @@
+"""Helpers for the operator's tests on the live test bed: the operator as a subprocess, jobs applied
+with kubectl, and polling with deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from hetero_operator.controller import names
+from hetero_operator.testbed.cluster import Testbed
+
+REPO = Path(__file__).resolve().parents[2]
+TOLERATE_KWOK = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.25) -> T:
+    """Poll until `check` returns something truthy; fail naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+class OperatorProcess:
+    """`heterotrain operator` as a child process against the test bed."""
+
+    def __init__(self, testbed: Testbed, log: Path, grace_seconds: float = 2.0) -> None:
+        self.testbed = testbed
+        self.log = log
+        self.grace_seconds = grace_seconds
+        self.metrics_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "hetero_operator.cli.operator",
+            "--kubeconfig",
+            str(self.testbed.kubeconfig),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--checkpoint-grace",
+            str(self.grace_seconds),
+        ]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ)
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup of any kind, as when a node dies under the operator."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Jobs:
+    """HeteroTrainJobs and their pods in one namespace."""
+
+    def __init__(self, testbed: Testbed, namespace: str) -> None:
+        self.testbed = testbed
+        self.namespace = namespace
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return self.testbed.kubectl(*args, "-n", self.namespace, input=input, check=check).stdout
+
+    def apply(self, *manifests: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(manifests)))
+
+    def manifest(self, name: str, gpus: int | tuple[int, int] = 1, **spec: Any) -> dict[str, Any]:
+        low, high = (gpus, gpus) if isinstance(gpus, int) else gpus
+        body: dict[str, Any] = {
+            "image": "heterotrain/trainer:test",
+            "command": ["heterotrain", "worker"],
+            "gpus": {"min": low, "max": high},
+            "batch": {"global": 64},
+            "epochs": 1,
+            "restartPolicy": {"maxRestarts": 2, "backoffSeconds": 0},
+        }
+        body.update(spec)
+        return {
+            "apiVersion": "heterotrain.io/v1alpha1",
+            "kind": "HeteroTrainJob",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": body,
+        }
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", "htj", name, "-o", "json")))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def phase(self, name: str) -> str | None:
+        return self.status(name).get("phase")
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.status(name).get("conditions", []) if c["type"] == kind), None)
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 30) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(name)
+            return status if status.get("phase") == phase else None
+
+        return wait_for(reached, timeout, f"{self.namespace}/{name} to be {phase} (now {self.phase(name)})")
+
+    def pods(self, job: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{names.LABEL_JOB}={job}" if job else names.LABEL_JOB
+        items = json.loads(self.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+        return sorted(items, key=lambda p: p["metadata"]["name"])
+
+    def running_pods(self, job: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.pods(job)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def finish(self, pods: list[dict[str, Any]], exit_code: int) -> None:
+        names_ = [p["metadata"]["name"] for p in pods]
+        self.kubectl(
+            "annotate", "pods", *names_, f"heterotrain.io/testbed-exit-code={exit_code}", "--overwrite"
+        )
+
+    def events(self, name: str) -> list[str]:
+        out = self.kubectl(
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={name},involvedObject.kind=HeteroTrainJob",
+            "-o",
+            "json",
+        )
+        return [
+            e["reason"]
+            for e in sorted(json.loads(out)["items"], key=lambda e: e["metadata"]["creationTimestamp"])
+        ]
+
+    def delete_all(self, timeout: float = 30) -> None:
+        """Delete every job here and wait until their pods are gone, so the next test starts on free GPUs."""
+        self.kubectl("delete", "htj", "--all", "--wait=false", check=False)
+        wait_for(lambda: not self.pods() or None, timeout, f"the pods of {self.namespace} to go")

@@ -1,0 +1,223 @@
+"""The pure lifecycle, the inventory's snapshot and the status patch."""
+
+from __future__ import annotations
+
+from tests.operator.builders import TOLERATE_KWOK, allocation, job, pod
+
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, Taint
+from hetero_operator.controller.inventory import ClusterView, build_snapshot, classify, job_request
+from hetero_operator.controller.lifecycle import (
+    ConditionType,
+    DrainReason,
+    LifecycleConfig,
+    Observation,
+    Role,
+    condition,
+    draining,
+    is_true,
+    queued,
+    reconcile,
+    scheduling_role,
+    set_condition,
+)
+from hetero_operator.controller.scheduling_loop import status_patch
+from hetero_operator.resources import HeteroTrainJobStatus, Phase, Progress
+
+NOW = 1_800_000_000.0
+CONFIG = LifecycleConfig(checkpoint_grace_seconds=30)
+
+
+def running_status(
+    phase: Phase = Phase.RUNNING, generation: int = 0, restarts: int = 0
+) -> HeteroTrainJobStatus:
+    status = queued(job(), NOW - 100)
+    return status.model_copy(
+        update={
+            "phase": phase,
+            "allocation": allocation(("node-a", "fast"), ("node-b", "slow"), generation=generation),
+            "restarts": restarts,
+        }
+    )
+
+
+def step_for(
+    status: HeteroTrainJobStatus, pods: list, now: float = NOW, lost: frozenset[str] = frozenset(), **spec
+):
+    return reconcile(Observation(job(status, **spec), tuple(pods), lost, now), CONFIG)
+
+
+def workers(phase: str = "Running", generation: int = 0) -> list:
+    return [
+        pod(f"train-g{generation}-w0", phase, node="node-a", generation=generation, rank=0),
+        pod(f"train-g{generation}-w1", phase, node="node-b", generation=generation, rank=1),
+    ]
+
+
+def test_an_unvalidated_job_is_left_alone() -> None:
+    step = step_for(HeteroTrainJobStatus(), [])
+    assert step.status == HeteroTrainJobStatus() and not step.ensure_generation
+
+
+def test_starting_creates_missing_workers_then_runs_when_all_are_up() -> None:
+    starting = running_status(Phase.STARTING)
+    assert step_for(starting, workers()[:1]).ensure_generation
+    step = step_for(starting, workers("Pending"))
+    assert step.status.phase is Phase.STARTING and not step.ensure_generation
+    step = step_for(starting, workers())
+    assert step.status.phase is Phase.RUNNING
+    assert is_true(step.status, ConditionType.PODS_READY)
+    assert [e.reason for e in step.events] == ["Running"]
+
+
+def test_all_workers_done_is_success() -> None:
+    step = step_for(running_status(), workers("Succeeded"))
+    assert step.status.phase is Phase.SUCCEEDED
+    assert is_true(step.status, ConditionType.SUCCEEDED)
+
+
+def test_a_failed_worker_restarts_the_group_after_a_doubling_backoff() -> None:
+    pods = workers()
+    pods[1] = pod("train-g0-w1", "Failed", node="node-b", rank=1, exit_code=3)
+    spec = {"restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10}}
+    step = step_for(running_status(restarts=1), pods, **spec)
+    assert step.status.phase is Phase.RESTARTING and step.status.restarts == 2
+    assert step.restarted and step.delete_pods == ("train-g0-w0",)
+    assert step.wake_in == 20  # 10 s doubled for the second restart
+    assert "exit code 3" in condition(step.status, ConditionType.RESTARTING).message  # type: ignore[union-attr]
+    # During the backoff nothing starts; after it, the next generation starts on the same GPUs.
+    waiting = step_for(step.status, [], now=NOW + 5, **spec)
+    assert waiting.status.phase is Phase.RESTARTING and not waiting.ensure_generation
+    restarted = step_for(step.status, [pods[1]], now=NOW + 21, **spec)
+    assert restarted.status.phase is Phase.STARTING and restarted.ensure_generation
+    assert restarted.status.allocation is not None and restarted.status.allocation.generation == 1
+    assert restarted.status.allocation.workers == step.status.allocation.workers  # type: ignore[union-attr]
+    assert restarted.delete_pods == ("train-g0-w1",)  # the old generation's leftovers
+
+
+def test_no_restarts_left_means_failed() -> None:
+    pods = [pod("train-g0-w0", "Failed", exit_code=1), workers()[1]]
+    step = step_for(running_status(restarts=1), pods, restartPolicy={"maxRestarts": 1})
+    assert step.status.phase is Phase.FAILED
+    assert is_true(step.status, ConditionType.FAILED)
+    assert step.delete_pods == ("train-g0-w1",)
+
+
+def test_a_worker_that_disappears_while_running_counts_as_a_failure() -> None:
+    step = step_for(running_status(), workers()[:1])
+    assert step.status.phase is Phase.RESTARTING
+
+
+def test_node_loss_requeues_and_keeps_the_generation_counting() -> None:
+    step = step_for(running_status(generation=4), workers(generation=4), lost=frozenset({"node-b"}))
+    assert step.status.phase is Phase.QUEUED
+    assert step.status.allocation is not None
+    assert step.status.allocation.workers == [] and step.status.allocation.generation == 4
+    assert step.force_delete_pods == ("train-g4-w1",) and step.delete_pods == ("train-g4-w0",)
+    assert condition(step.status, ConditionType.PLACED).reason == "NodeLost"  # type: ignore[union-attr]
+    assert step.status.restarts == 0  # not the job's fault
+
+
+def test_suspend_drains_with_a_checkpoint_then_resume_requeues() -> None:
+    step = step_for(running_status(), workers(), suspend=True)
+    assert is_true(step.status, ConditionType.DRAINING)
+    assert step.request_checkpoint == ("train-g0-w0", "train-g0-w1") and step.delete_pods == ()
+    assert step.wake_in == 30
+    annotated = [
+        p.__class__(**{**{s: getattr(p, s) for s in p.__slots__}, "checkpoint_requested": True})
+        for p in workers()
+    ]
+    during = step_for(step.status, annotated, now=NOW + 10, suspend=True)
+    assert during.request_checkpoint == () and during.status.phase is Phase.RUNNING
+    after = step_for(step.status, annotated, now=NOW + 31, suspend=True)
+    assert after.status.phase is Phase.SUSPENDED
+    assert after.delete_pods == ("train-g0-w0", "train-g0-w1")
+    assert after.status.allocation is not None and after.status.allocation.workers == []
+    resumed = step_for(after.status, [], now=NOW + 40, suspend=False)
+    assert resumed.status.phase is Phase.QUEUED
+
+
+def test_a_preempted_job_stops_early_once_its_workers_exited() -> None:
+    status = draining(job(running_status()), DrainReason.PREEMPTED, "room for team/big", NOW)
+    step = step_for(status, workers("Succeeded"), now=NOW + 1)
+    assert step.status.phase is Phase.QUEUED  # finished workers under a drain are not a success
+    assert condition(step.status, ConditionType.PLACED).reason == "Preempted"  # type: ignore[union-attr]
+    assert not is_true(step.status, ConditionType.DRAINING)
+
+
+def test_queued_jobs_wait_for_old_pods_before_they_can_be_placed() -> None:
+    status = queued(job(), NOW)
+    assert scheduling_role(job(status), status, []) is Role.QUEUED
+    assert scheduling_role(job(status), status, workers()) is Role.NONE
+    assert scheduling_role(job(running_status()), running_status(), workers()) is Role.HOLDING
+
+
+def test_an_identical_condition_changes_nothing_and_transitions_keep_their_time() -> None:
+    status = set_condition(HeteroTrainJobStatus(), ConditionType.PLACED, False, "Unschedulable", "x", NOW)
+    assert set_condition(status, ConditionType.PLACED, False, "Unschedulable", "x", NOW + 9) is status
+    changed = set_condition(status, ConditionType.PLACED, False, "Unschedulable", "y", NOW + 9)
+    assert (
+        condition(changed, ConditionType.PLACED).last_transition_time
+        == condition(  # type: ignore[union-attr]
+            status, ConditionType.PLACED
+        ).last_transition_time
+    )  # type: ignore[union-attr]
+
+
+def test_status_patch_touches_only_changed_fields() -> None:
+    old = running_status().model_copy(update={"progress": Progress(epoch=2)})
+    new = old.model_copy(update={"phase": Phase.SUCCEEDED, "allocation": None})
+    assert status_patch(old, new) == {"phase": "Succeeded", "allocation": None}
+    assert status_patch(old, old) == {}
+
+
+# --- inventory -------------------------------------------------------------------------------------
+
+FAST = ClassFacts("fast", {"gpu": "a100"}, "nvidia.com/gpu", 1.0, 80, 4, (TOLERATE_KWOK,))
+SLOW = ClassFacts("slow", {"gpu": "t4"}, "nvidia.com/gpu", 0.25, 16, 1)
+KWOK_TAINT = Taint("kwok.x-k8s.io/node", "fake", "NoSchedule")
+
+
+def node(name: str, label: str, gpus: int = 4, **extra) -> NodeFacts:
+    fields = {"ready": True, "unschedulable": False, "taints": (), **extra}
+    return NodeFacts(name, {"gpu": label}, {"nvidia.com/gpu": gpus}, **fields)
+
+
+def test_nodes_map_to_classes_and_untolerated_taints_make_them_unschedulable() -> None:
+    nodes = [
+        node("a", "a100", taints=(KWOK_TAINT,)),
+        node("b", "t4", taints=(KWOK_TAINT,)),
+        node("c", "a100", unschedulable=True),
+        node("d", "a100", ready=False),
+        node("e", "h100"),
+    ]
+    view = ClusterView.build([FAST, SLOW], nodes, [], [])
+    assert classify(nodes[4], [FAST, SLOW]) is None
+    schedulable = {name: view.schedulable(view.nodes[name]) for name in view.node_class}
+    assert schedulable == {"a": True, "b": False, "c": False, "d": False}
+    snapshot = build_snapshot(view, [], NOW)
+    assert [(n.name, n.schedulable) for n in snapshot.nodes] == [
+        ("a", True),
+        ("b", False),
+        ("c", False),
+        ("d", False),
+    ]
+
+
+def test_gpus_used_by_others_count_foreign_pods_and_pods_beyond_an_allocation() -> None:
+    status = running_status().model_copy(update={"allocation": allocation(("a", "fast"), ("a", "fast"))})
+    facts = JobFacts("team", "train", "uid-1", "7", NOW, False, job(status))
+    pods = [
+        pod("train-g0-w0", node="a", rank=0),
+        pod("train-g0-w1", node="a", rank=1),
+        pod("train-g0-w2", node="a", rank=2),  # a worker beyond the allocation, still saving a checkpoint
+        pod("other", node="a", job_name=None, generation=None, rank=None, gpus=1),
+        pod("done", "Succeeded", node="b", job_name=None, generation=None, rank=None, gpus=4),
+    ]
+    view = ClusterView.build([FAST, SLOW], [node("a", "a100"), node("b", "t4")], [facts], pods)
+    request = job_request(facts, facts.model, status, holding=True)  # type: ignore[arg-type]
+    snapshot = build_snapshot(view, [request], NOW)
+    used = {n.name: n.gpus_used_by_others for n in snapshot.nodes}
+    assert used == {"a": 2, "b": 0}
+    assert snapshot.jobs[0].current is not None and snapshot.jobs[0].current.total_gpus == 2
+    # The same pods without the job in the snapshot all count as someone else's.
+    assert {n.name: n.gpus_used_by_others for n in build_snapshot(view, [], NOW).nodes} == {"a": 4, "b": 0}
