@@ -11,6 +11,7 @@ operator's own histogram, and the operator's memory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -28,12 +29,13 @@ import kubernetes
 from hetero_operator import metric_names
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import FakeNode, NodeList
+from hetero_operator.testbed.nodes import FakeNode, NodeList, node_manifest
 
 CLASSES = {"a100": 1.0, "l4": 0.7, "v100": 0.5, "t4": 0.25}
 GPUS_PER_NODE = 8
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 SECTION = "## Operator at scale"
+JOBS_API = ("heterotrain.io", "v1alpha1", "heterotrainjobs")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -93,6 +95,40 @@ def jobs(count: int, seed: int = 7) -> list[dict[str, Any]]:
     return manifests
 
 
+def bound_pods(core: kubernetes.client.CoreV1Api) -> Counter[str]:
+    """Worker pods bound to a node, per job (raw JSON: the typed client would cost the machine more)."""
+    raw: Any = core.list_pod_for_all_namespaces(label_selector=names.LABEL_JOB, _preload_content=False)
+    pods = json.loads(raw.data)["items"]
+    return Counter(
+        f"{p['metadata']['namespace']}/{p['metadata']['labels'][names.LABEL_JOB]}"
+        for p in pods
+        if p["spec"].get("nodeName")
+    )
+
+
+def create_nodes(core: kubernetes.client.CoreV1Api, node_list: NodeList, timeout: float = 300) -> None:
+    """Create the fake nodes from 16 threads and wait until every one is Ready and the node lifecycle
+    controller has lifted its not-ready taint (until then nothing may be placed there)."""
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda node: core.create_node(body=node_manifest(node)), node_list.nodes))  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout
+    while True:
+        raw: Any = core.list_node(_preload_content=False)
+        ready = sum(1 for node in json.loads(raw.data)["items"] if _usable(node))
+        if ready >= len(node_list.nodes):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ready} of {len(node_list.nodes)} nodes became Ready")
+        time.sleep(1.0)
+
+
+def _usable(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    taints = {t["key"] for t in node.get("spec", {}).get("taints") or []}
+    return ready and taints <= {"kwok.x-k8s.io/node"}
+
+
 def create_all(custom: kubernetes.client.CustomObjectsApi, manifests: list[dict[str, Any]]) -> None:
     """Create the jobs from 16 threads (kubectl throttles itself to a few requests a second)."""
 
@@ -111,8 +147,8 @@ def histogram_quantile(text: str, metric: str, q: float) -> float:
     buckets: list[tuple[float, float]] = []
     for line in text.splitlines():
         if line.startswith(f"{metric}_bucket"):
-            bound = line.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.split()[-1])))
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
     buckets.sort()
     total = buckets[-1][1]
     rank = q * total
@@ -137,56 +173,54 @@ def memory_kib(pid: int, field: str) -> int:
     return 0
 
 
-def run(node_count: int, job_count: int) -> dict[str, Any]:
+def run(
+    node_count: int, job_count: int, profile_to: Path | None = None, keep_log: Path | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="heterotrain-scale-") as tmp:
         bed = Testbed(Path(tmp) / "testbed")
         started = time.monotonic()
-        bed.up(nodes(node_count), on_step=lambda msg: print(f"  test bed: {msg}", flush=True))
-        print(f"test bed with {node_count} nodes up in {time.monotonic() - started:.0f} s", flush=True)
         operator = None
         try:
+            bed.up(None, on_step=lambda msg: print(f"  test bed: {msg}", flush=True))
+            api = kubernetes.config.new_client_from_config(str(bed.kubeconfig))
+            custom = kubernetes.client.CustomObjectsApi(api)
+            core = kubernetes.client.CoreV1Api(api)
+            create_nodes(core, nodes(node_count))
+            print(f"test bed with {node_count} nodes up in {time.monotonic() - started:.0f} s", flush=True)
             bed.apply_objects(gpu_classes())
             for team in range(4):
                 bed.kubectl("create", "namespace", f"team-{team}")
             port = _free_port()
             log = Path(tmp) / "operator.log"
             with log.open("wb") as out:
+                profile = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
                 operator = subprocess.Popen(
-                    [sys.executable, "-m", "hetero_operator.cli.operator", "--kubeconfig", str(bed.kubeconfig),
-                     "--metrics-port", str(port)],
+                    [sys.executable, *profile, "-m", "hetero_operator.cli.operator", "--kubeconfig",
+                     str(bed.kubeconfig), "--metrics-port", str(port), *(["-v"] if keep_log else [])],
                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ),
                 )  # fmt: skip
             _wait(lambda: "indexes ready" in log.read_text(), 120, "the operator to start")
-            api = kubernetes.config.new_client_from_config(str(bed.kubeconfig))
-            custom = kubernetes.client.CustomObjectsApi(api)
-            core = kubernetes.client.CoreV1Api(api)
             manifests = jobs(job_count)
             t0 = time.monotonic()
             create_all(custom, manifests)
             created = time.monotonic() - t0
             print(f"{job_count} jobs created in {created:.1f} s", flush=True)
 
-            def placed_jobs() -> int:
-                items = custom.list_cluster_custom_object("heterotrain.io", "v1alpha1", "heterotrainjobs")[
-                    "items"
-                ]
-                pods = core.list_pod_for_all_namespaces(label_selector=names.LABEL_JOB).items
-                bound: Counter[str] = Counter(
-                    f"{p.metadata.namespace}/{p.metadata.labels[names.LABEL_JOB]}"
-                    for p in pods
-                    if p.spec.node_name
-                )
+            done = 0
+            while done < job_count and time.monotonic() - t0 < 600:
+                listed: Any = custom.list_cluster_custom_object(*JOBS_API)
+                items = listed["items"]
+                counts = bound_pods(core)
                 done = 0
                 for item in items:
                     allocation = (item.get("status") or {}).get("allocation") or {}
                     key = f"{item['metadata']['namespace']}/{item['metadata']['name']}"
-                    if allocation.get("workers") and bound[key] >= allocation["totalGpus"]:
+                    if allocation.get("workers") and counts[key] >= allocation["totalGpus"]:
                         done += 1
-                return done
-
-            done = 0
-            while done < job_count and time.monotonic() - t0 < 600:
-                done = placed_jobs()
+                print(
+                    f"  {time.monotonic() - t0:5.1f} s: {done} jobs placed, {sum(counts.values())} pods",
+                    flush=True,
+                )
                 time.sleep(0.5)
             elapsed = time.monotonic() - t0
             metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -207,10 +241,19 @@ def run(node_count: int, job_count: int) -> dict[str, Any]:
                 "peak_rss_mib": memory_kib(operator.pid, "VmHWM") / 1024,
             }
         finally:
+            log_file = Path(tmp) / "operator.log"
+            if keep_log is not None and log_file.exists():
+                keep_log.write_bytes(log_file.read_bytes())
+            if log_file.exists():
+                problems = [
+                    line for line in log_file.read_text().splitlines() if "WARNING" in line or "ERROR" in line
+                ]
+                for line in problems[:20]:
+                    print(f"  operator: {line}", flush=True)
             if operator is not None:
                 operator.terminate()
                 try:
-                    operator.wait(timeout=20)
+                    operator.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     operator.kill()
             bed.down()
@@ -232,28 +275,48 @@ def _wait(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+DESCRIPTION = (
+    "`python bench/scheduler_scale.py --write`: the operator as a process against its own test bed (real "
+    "kube-apiserver and etcd, KWOK nodes of 8 GPUs in 4 classes), all jobs created at once from 16 client "
+    "threads (mixed sizes 1-16 GPUs, class lists, priorities, 4 queues; all fit). A job counts as placed "
+    "when all its worker pods exist bound to their nodes; the clock starts before the first create. Cycle "
+    "latency is the operator's whole cycle (lifecycle steps, `schedule()`, writing status, creating objects, "
+    "while kopf handles the watch events in the same event loop) from its own histogram, interpolated "
+    "within buckets; `schedule()` alone is listed beside it. Everything (API server, etcd, KWOK, the "
+    "controller manager, the operator) shares the 2-core machine."
+)
+COLUMNS = (
+    "nodes",
+    "jobs",
+    "placed",
+    "seconds",
+    "jobs/s",
+    "cycles",
+    "cycle p50 ms",
+    "cycle p99 ms",
+    "schedule() p50 ms",
+    "schedule() p99 ms",
+    "operator RSS MiB (peak)",
+)
+
+
 def render(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        SECTION,
-        "",
-        "`python bench/scheduler_scale.py --write`: the operator as a process against its own test bed (real "
-        "kube-apiserver and etcd, KWOK nodes of 8 GPUs in 4 classes), all jobs created at once from 16 "
-        "client threads (mixed sizes 1-16 GPUs, class lists, priorities, 4 queues; all fit). A job counts as "
-        "placed when all its worker pods exist bound to their nodes; the clock starts before the create. Cycle "
-        "latency is the operator's whole cycle (lifecycle steps, `schedule()`, writing status and creating "
-        "objects) from its own histogram (bucket-interpolated); `schedule()` alone is listed beside it. "
-        "Everything shares the 2-core machine.",
-        "",
-        "| nodes | jobs | placed | seconds | jobs/s | cycles | cycle p50 ms | cycle p99 ms | schedule() p50 ms "
-        "| schedule() p99 ms | operator RSS MiB (peak) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = [SECTION, "", DESCRIPTION, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        lines.append(
-            f"| {r['nodes']} | {r['jobs']} | {r['placed']} | {r['seconds']:.1f} | {r['jobs_per_second']:.1f} | "
-            f"{r['cycles']:.0f} | {r['cycle_p50'] * 1000:.0f} | {r['cycle_p99'] * 1000:.0f} | "
-            f"{r['schedule_p50'] * 1000:.0f} | {r['schedule_p99'] * 1000:.0f} | {r['rss_mib']:.0f} ({r['peak_rss_mib']:.0f}) |"
-        )
+        cells = [
+            str(r["nodes"]),
+            str(r["jobs"]),
+            str(r["placed"]),
+            f"{r['seconds']:.1f}",
+            f"{r['jobs_per_second']:.1f}",
+            f"{r['cycles']:.0f}",
+            f"{r['cycle_p50'] * 1000:.0f}",
+            f"{r['cycle_p99'] * 1000:.0f}",
+            f"{r['schedule_p50'] * 1000:.0f}",
+            f"{r['schedule_p99'] * 1000:.0f}",
+            f"{r['rss_mib']:.0f} ({r['peak_rss_mib']:.0f})",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Targets on this 2-core machine: at least 20 jobs/s placed, cycle p99 under 1 s.", ""]
     return "\n".join(lines)
 
@@ -277,9 +340,11 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="100 nodes and 50 jobs")
     parser.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
+    parser.add_argument("--profile", type=Path, help="run the operator under cProfile, writing stats here")
+    parser.add_argument("--operator-log", type=Path, help="keep the operator's debug log here")
     args = parser.parse_args()
     node_count, job_count = (100, 50) if args.quick else (1000, 500)
-    result = run(node_count, job_count)
+    result = run(node_count, job_count, args.profile, args.operator_log)
     text = render([result])
     print(text)
     if args.write:

@@ -218,3 +218,7 @@ SIMULATED_SPEED_ENV = "HETEROTRAIN_SIMULATED_SPEED"
 EPOCHS_ENV = "HETEROTRAIN_EPOCHS"
 SEED_ENV = "HETEROTRAIN_SEED"
 RESULT_FILE_ENV = "HETEROTRAIN_RESULT_FILE"
+
+PROGRESS_PREFIX = "HETEROTRAIN_PROGRESS "
+"""Rank 0 prints one line per finished epoch: this prefix, then a JSON object (epoch, plan_version,
+steps, wall_seconds, evaluation, ...). Supervisors read it from the worker's output."""

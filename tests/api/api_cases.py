@@ -17,7 +17,7 @@ def job_spec(
     """A HeteroTrainJob spec in wire form (what a manifest holds)."""
     return {
         "image": "heterotrain/trainer:0.1.0",
-        "command": ["heterotrain", "worker", "--example", "digits"],
+        "command": ["heterotrain", "worker", "digits"],
         "gpus": {"min": gpus_min, "max": gpus_max or gpus_min},
         "gpuClasses": list(classes or []),
         "parallelism": {"strategy": strategy},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.operator.builders import TOLERATE_KWOK, allocation, job, pod
 
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, Taint
@@ -14,11 +16,13 @@ from hetero_operator.controller.lifecycle import (
     Role,
     condition,
     draining,
+    invalid,
     is_true,
     queued,
     reconcile,
     scheduling_role,
     set_condition,
+    validated,
 )
 from hetero_operator.controller.scheduling_loop import status_patch
 from hetero_operator.resources import HeteroTrainJobStatus, Phase, Progress
@@ -78,19 +82,21 @@ def test_all_workers_done_is_success() -> None:
 def test_a_failed_worker_restarts_the_group_after_a_doubling_backoff() -> None:
     pods = workers()
     pods[1] = pod("train-g0-w1", "Failed", node="node-b", rank=1, exit_code=3)
-    spec = {"restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10}}
+    spec: dict[str, Any] = {"restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10}}
     step = step_for(running_status(restarts=1), pods, **spec)
     assert step.status.phase is Phase.RESTARTING and step.status.restarts == 2
     assert step.restarted and step.delete_pods == ("train-g0-w0",)
     assert step.wake_in == 20  # 10 s doubled for the second restart
-    assert "exit code 3" in condition(step.status, ConditionType.RESTARTING).message  # type: ignore[union-attr]
+    restarting = condition(step.status, ConditionType.RESTARTING)
+    assert restarting is not None and "exit code 3" in restarting.message
     # During the backoff nothing starts; after it, the next generation starts on the same GPUs.
     waiting = step_for(step.status, [], now=NOW + 5, **spec)
     assert waiting.status.phase is Phase.RESTARTING and not waiting.ensure_generation
     restarted = step_for(step.status, [pods[1]], now=NOW + 21, **spec)
     assert restarted.status.phase is Phase.STARTING and restarted.ensure_generation
     assert restarted.status.allocation is not None and restarted.status.allocation.generation == 1
-    assert restarted.status.allocation.workers == step.status.allocation.workers  # type: ignore[union-attr]
+    assert step.status.allocation is not None
+    assert restarted.status.allocation.workers == step.status.allocation.workers
     assert restarted.delete_pods == ("train-g0-w1",)  # the old generation's leftovers
 
 
@@ -151,16 +157,25 @@ def test_queued_jobs_wait_for_old_pods_before_they_can_be_placed() -> None:
     assert scheduling_role(job(running_status()), running_status(), workers()) is Role.HOLDING
 
 
+def test_validation_queues_new_and_fixed_jobs_and_leaves_running_ones_running() -> None:
+    fresh = validated(job(), NOW)
+    assert fresh.phase is Phase.QUEUED and is_true(fresh, ConditionType.VALID)
+    failed = invalid(None, ["spec.x: wrong"], NOW)
+    assert failed.phase is Phase.FAILED
+    assert validated(job(failed), NOW).phase is Phase.QUEUED
+    running_but_invalid = invalid(running_status(), ["spec.x: wrong"], NOW)
+    assert running_but_invalid.phase is Phase.RUNNING  # its workers are left alone
+    fixed = validated(job(running_but_invalid), NOW)
+    assert fixed.phase is Phase.RUNNING and is_true(fixed, ConditionType.VALID)
+
+
 def test_an_identical_condition_changes_nothing_and_transitions_keep_their_time() -> None:
     status = set_condition(HeteroTrainJobStatus(), ConditionType.PLACED, False, "Unschedulable", "x", NOW)
     assert set_condition(status, ConditionType.PLACED, False, "Unschedulable", "x", NOW + 9) is status
     changed = set_condition(status, ConditionType.PLACED, False, "Unschedulable", "y", NOW + 9)
-    assert (
-        condition(changed, ConditionType.PLACED).last_transition_time
-        == condition(  # type: ignore[union-attr]
-            status, ConditionType.PLACED
-        ).last_transition_time
-    )  # type: ignore[union-attr]
+    before, after = condition(status, ConditionType.PLACED), condition(changed, ConditionType.PLACED)
+    assert before is not None and after is not None
+    assert after.message == "y" and after.last_transition_time == before.last_transition_time
 
 
 def test_status_patch_touches_only_changed_fields() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
+from tests.operator.live import Jobs, OperatorProcess, wait_for
 
 from hetero_operator import plan as contract
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
-from tests.operator.live import Jobs, OperatorProcess, wait_for
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(120)]
 
@@ -80,17 +82,15 @@ def test_suspend_checkpoints_stops_and_resume_starts_again(operator: OperatorPro
     jobs.apply(jobs.manifest("pause", gpus=2, checkpoint={"path": "/checkpoints"}))
     jobs.wait_phase("pause", "Running")
     jobs.kubectl("patch", "htj", "pause", "--type=merge", "-p", '{"spec": {"suspend": true}}')
-    annotated = wait_for(
-        lambda: (
-            all(
-                names.CHECKPOINT_REQUESTED_ANNOTATION in p["metadata"].get("annotations", {})
-                for p in jobs.pods("pause")
-            )
-            and jobs.pods("pause")
-        ),
-        20,
-        "the workers to be asked for a checkpoint",
-    )
+
+    def asked_to_checkpoint() -> list[dict[str, Any]] | None:
+        pods = jobs.pods("pause")
+        annotated = [
+            p for p in pods if names.CHECKPOINT_REQUESTED_ANNOTATION in p["metadata"].get("annotations", {})
+        ]
+        return annotated if pods and len(annotated) == len(pods) else None
+
+    annotated = wait_for(asked_to_checkpoint, 20, "the workers to be asked for a checkpoint")
     assert len(annotated) == 2
     status = jobs.wait_phase("pause", "Suspended")
     assert status["allocation"].get("workers", []) == []

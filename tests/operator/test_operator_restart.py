@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
+from tests.operator.live import Jobs, OperatorProcess, wait_for
 
 from hetero_operator.testbed.cluster import Testbed
-from tests.operator.live import Jobs, OperatorProcess, wait_for
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(150)]
 
@@ -31,7 +32,7 @@ def test_killed_mid_placement_leaves_no_duplicate_or_orphaned_pods(
         )
 
         def placed_any() -> bool:
-            items = api.list_namespaced_custom_object(
+            items: Any = api.list_namespaced_custom_object(
                 "heterotrain.io", "v1alpha1", jobs.namespace, "heterotrainjobs"
             )
             return any((item.get("status") or {}).get("allocation") for item in items["items"])

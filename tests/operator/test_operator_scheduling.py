@@ -6,10 +6,13 @@ The example cluster has 8 GPUs per class (two nodes of 4): fast (speed 1), mediu
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 import yaml
+from tests.operator.conftest import gpu_classes_tolerating_kwok
+from tests.operator.live import TOLERATE_KWOK, Jobs, OperatorProcess, wait_for
 
 from hetero_operator import metric_names
 from hetero_operator.controller import names
@@ -18,8 +21,6 @@ from hetero_operator.scheduler import GPUClassInfo, JobRequest, PriorModel
 from hetero_operator.scheduler.throughput import JobShape, predict_data_parallel
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import FakeNode, node_manifest
-from tests.operator.conftest import gpu_classes_tolerating_kwok
-from tests.operator.live import TOLERATE_KWOK, Jobs, OperatorProcess, wait_for
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(120)]
 
@@ -103,9 +104,8 @@ def test_preemption_checkpoints_the_lower_priority_job_first(operator: OperatorP
     assert "Preempted" in jobs.events("low")
     assert status["allocation"]["generation"] == 0
     metrics = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).text
-    preemptions = [
-        l for l in metrics.splitlines() if l.startswith(metric_names.total(metric_names.OPERATOR_PREEMPTIONS))
-    ]
+    counter = metric_names.total(metric_names.OPERATOR_PREEMPTIONS)
+    preemptions = [line for line in metrics.splitlines() if line.startswith(counter)]
     assert preemptions and float(preemptions[0].split()[-1]) >= 1
 
 
@@ -151,7 +151,7 @@ def test_mixed_classes_when_the_predicted_throughput_is_higher(operator: Operato
 
 
 @pytest.fixture
-def spare_nodes(testbed: Testbed) -> list[str]:
+def spare_nodes(testbed: Testbed) -> Iterator[list[str]]:
     """Two extra 2-GPU nodes of their own class, so a job can be pinned to them."""
     label = {"nvidia.com/gpu.product": "Spare-GPU"}
     nodes = [FakeNode(name=f"spare-{i}", gpuClass="spare", gpus=2, labels=label) for i in range(2)]

@@ -249,3 +249,32 @@ def test_adaptive_total_batch_does_not_grow_without_gradient_noise() -> None:
         if decision.plan is not None:
             plan = decision.plan
     assert plan.global_batch <= 140
+
+
+def test_nearly_equal_batches_are_not_fitted() -> None:
+    # Two measurements at 47 and 46 samples: their noise would make any fitted slope meaningless.
+    near = Plan(version=2, world_size=3, global_batch=140, local_batches=[46, 47, 47])
+    history = record(record({}, simulate(EVEN), EVEN), simulate(near), near)
+    decision = decide(near, history, policy(min_improvement=0.0), simulate(near), apply_at_epoch=3)
+    assert decision.stage == "inverse_time"
+
+
+def test_a_model_that_misjudges_the_measured_step_is_not_trusted() -> None:
+    history = record({}, simulate(EVEN), EVEN)
+    first = decide(EVEN, history, policy(), simulate(EVEN), apply_at_epoch=2)
+    assert first.plan is not None
+    history = record(history, simulate(first.plan), first.plan)
+    honest = simulate(first.plan)
+    assert decide(first.plan, history, policy(min_improvement=0.0), honest, 3).stage == "optperf"
+    # The same history, but the step just measured took three times what the model explains.
+    slow = JobMeasurements(
+        honest.plan_version,
+        honest.epoch,
+        tuple(
+            WorkerMeasurement(
+                w.rank, w.steps, w.compute_seconds, w.sync_start_seconds, w.comm_seconds, w.step_seconds * 3
+            )
+            for w in honest.workers
+        ),
+    )
+    assert decide(first.plan, history, policy(min_improvement=0.0), slow, 3).stage == "inverse_time"

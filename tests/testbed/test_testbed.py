@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.cluster import LOCAL_SPEED_SCALE, Testbed
 from hetero_operator.testbed.nodes import GPU_RESOURCE, FakeNode, NodeList
 
 pytestmark = pytest.mark.testbed
@@ -166,8 +166,8 @@ def test_local_process_node_runs_pods_as_processes(testbed: Testbed, namespace: 
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
     logs = list((testbed.root / "local-pods" / "pods" / namespace).glob("w0-*/container.log"))
     assert logs, "the pod's output is kept"
-    # Own address, DNS name resolved to it, slow class speed (0.25 of the fastest), plan file.
-    assert logs[0].read_text().split() == [ip, ip, "0.25", "v7"]
+    # Own address, DNS name resolved to it, slow class speed (0.25 of the fastest, dilated), plan file.
+    assert logs[0].read_text().split() == [ip, ip, f"{0.25 * LOCAL_SPEED_SCALE:g}", "v7"]
     testbed.kubectl("delete", "node", "local-test")
 
 

@@ -102,7 +102,7 @@ def test_digits_job_runs_on_three_classes() -> None:
     job = HeteroTrainJob.from_k8s(documents(EXAMPLES / "job-digits.yaml")[0])
     assert job.spec.gpus.min == job.spec.gpus.max == 3
     assert len(job.spec.gpu_classes) == 3
-    assert job.spec.command == ["heterotrain", "worker", "--example", "digits"]
+    assert job.spec.command == ["heterotrain", "worker", "digits"]
 
 
 def test_test_bed_nodes_match_the_example_gpu_classes() -> None:

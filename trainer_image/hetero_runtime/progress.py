@@ -6,7 +6,9 @@ import json
 import sys
 from typing import Any
 
-PROGRESS_PREFIX = "HETEROTRAIN_PROGRESS "
+from hetero_operator.plan import PROGRESS_PREFIX
+
+__all__ = ["PROGRESS_PREFIX", "emit_progress", "parse_progress"]
 
 
 def emit_progress(payload: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 _EXAMPLE_SPEC = {
     "image": "heterotrain/trainer:0.1.0",
-    "command": ["heterotrain", "worker", "--example", "digits"],
+    "command": ["heterotrain", "worker", "digits"],
     "gpus": {"min": 2, "max": 4},
     "parallelism": {"strategy": "data"},
     "batch": {"global": 128},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from hetero_operator.cli import demo, jobs, plan, runtime, simulate, testbed
+from hetero_operator.cli.operator import OPERATOR_HELP, operator_command
 
 app = typer.Typer(
     name="heterotrain",
@@ -22,6 +23,7 @@ app.command("describe")(jobs.describe_command)
 app.command("whatif")(jobs.whatif_command)
 app.command("logs")(jobs.logs_command)
 app.command("api")(jobs.api_command)
+app.command("operator", help=OPERATOR_HELP)(operator_command)
 
 
 def main() -> None:

@@ -36,6 +36,14 @@ def operator_command(
             "--checkpoint-grace", help="Seconds workers get to save a checkpoint before they are stopped."
         ),
     ] = 30.0,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus-url",
+            help="Prometheus that scrapes the workers; enables rebalancing between epochs.",
+            envvar="HETEROTRAIN_PROMETHEUS_URL",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
@@ -49,6 +57,7 @@ def operator_command(
             peering=peering,
             verbose=verbose,
             checkpoint_grace_seconds=checkpoint_grace,
+            prometheus_url=prometheus_url,
         )
     )
 

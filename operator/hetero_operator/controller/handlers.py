@@ -17,7 +17,7 @@ from hetero_operator.controller import names
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.controller.k8s import KubeClient, path_of
-from hetero_operator.controller.lifecycle import ConditionType, is_true, queued, set_condition
+from hetero_operator.controller.lifecycle import invalid
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
 from hetero_operator.controller.validation import parse_job
@@ -27,7 +27,6 @@ from hetero_operator.resources import (
     GPUClass,
     HeteroTrainJobStatus,
     InvalidResourceError,
-    Phase,
 )
 
 JOBS = (GROUP, VERSION, "heterotrainjobs")
@@ -46,13 +45,13 @@ def _wake(memo: kopf.Memo) -> None:
 
 
 @kopf.index("", "v1", "nodes")
-def htj_nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, NodeFacts]:
+async def htj_nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, NodeFacts]:
     _wake(memo)
     return {name: NodeFacts.from_body(body)}
 
 
 @kopf.index(*CLASSES)
-def htj_classes(
+async def htj_classes(
     body: kopf.Body, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> dict[str, ClassFacts] | None:
     _wake(memo)
@@ -65,7 +64,7 @@ def htj_classes(
 
 
 @kopf.index("", "v1", "pods")
-def htj_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodFacts] | None:
+async def htj_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodFacts] | None:
     """Our workers, and any other bound pod that holds extended resources (GPUs)."""
     pod = PodFacts.from_body(body)
     if pod.job is None and not (pod.resources and pod.node):
@@ -75,7 +74,7 @@ def htj_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodFacts] 
 
 
 @kopf.index(*JOBS)
-def htj_jobs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, JobFacts]:
+async def htj_jobs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, JobFacts]:
     _wake(memo)
     facts = JobFacts.from_body(body)
     return {facts.key: facts}
@@ -86,13 +85,13 @@ def _deleted(type: str | None, **_: Any) -> bool:
 
 
 @kopf.on.event("", "v1", "pods", when=_deleted)
-def pod_deleted(memo: kopf.Memo, **_: Any) -> None:
+async def pod_deleted(memo: kopf.Memo, **_: Any) -> None:
     """Index functions do not see deletions; a pod that is gone frees its GPUs."""
     _wake(memo)
 
 
 @kopf.on.event("", "v1", "nodes", when=_deleted)
-def node_deleted(memo: kopf.Memo, **_: Any) -> None:
+async def node_deleted(memo: kopf.Memo, **_: Any) -> None:
     _wake(memo)
 
 
@@ -100,45 +99,42 @@ def node_deleted(memo: kopf.Memo, **_: Any) -> None:
 
 
 def _validate(body: kopf.Body, patch: kopf.Patch, now: float, memo: kopf.Memo) -> None:
-    job, problems = parse_job(dict(body))
-    status = HeteroTrainJobStatus.model_validate(body.get("status") or {})
+    """Invalid specs get Valid=False at once, naming the field; valid ones are queued by the
+    scheduling loop (the one writer of a valid job's phase), which this wakes."""
+    _, problems = parse_job(dict(body))
     if problems:
         message = "; ".join(problems)
+        try:
+            status = HeteroTrainJobStatus.model_validate(body.get("status") or {})
+        except ValueError:
+            status = HeteroTrainJobStatus()
         patch.status.update(_invalid(status, message, now))
         kopf.warn(body, reason="InvalidSpec", message=message)
-    elif (
-        job is not None and status.phase in (None, Phase.FAILED) and not is_true(status, ConditionType.VALID)
-    ):
-        patch.status.update(queued(job, now).to_wire())
-        kopf.info(body, reason="Queued", message="spec is valid: queued for placement")
     _wake(memo)
 
 
 def _invalid(status: HeteroTrainJobStatus, message: str, now: float) -> dict[str, Any]:
-    updated = set_condition(status, ConditionType.VALID, False, "InvalidSpec", message, now)
-    if status.phase in (None, Phase.QUEUED, Phase.SUSPENDED):
-        updated = updated.model_copy(update={"phase": Phase.FAILED})
-    return updated.to_wire()
+    return invalid(status, [message], now).to_wire()
 
 
 @kopf.on.create(*JOBS)
-def job_created(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def job_created(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     _validate(body, patch, time.time(), memo)
 
 
 @kopf.on.resume(*JOBS)
-def job_resumed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def job_resumed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     if not (body.get("status") or {}).get("phase"):
         _validate(body, patch, time.time(), memo)
 
 
 @kopf.on.update(*JOBS, field="spec")
-def job_spec_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def job_spec_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     _validate(body, patch, time.time(), memo)
 
 
 @kopf.on.field(*JOBS, field="spec.suspend")
-def suspend_changed(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
+async def suspend_changed(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
     kopf.info(body, reason="SuspendChanged", message=f"spec.suspend is now {bool(new)}")
     _wake(memo)
 

@@ -1,4 +1,4 @@
-"""A small async Kubernetes client on httpx, using the same credentials kopf logs in with.
+"""A small async Kubernetes client on aiohttp (kopf's own HTTP library), with kopf's credentials.
 
 Only what the operator writes goes through here (creates, patches, deletes, events); everything it
 reads comes from kopf's watches and indexes.
@@ -6,12 +6,13 @@ reads comes from kopf's watches and indexes.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 import kopf
 
 from hetero_operator.resources import GROUP, VERSION
@@ -69,16 +70,25 @@ def connection_info(kubeconfig_first: bool) -> kopf.ConnectionInfo:
 
 class KubeClient:
     def __init__(self, info: kopf.ConnectionInfo, timeout: float = 30.0, max_connections: int = 64) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=info.server,
-            verify=info.as_ssl_context(),
-            headers={**info.as_http_headers(), "Accept": "application/json"},
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._base = info.server.rstrip("/")
+        self._ssl = info.as_ssl_context()
+        self._headers = {**info.as_http_headers(), "Accept": "application/json"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Created lazily: a session belongs to the event loop it was made in.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=self._timeout
+            )
+        return self._session
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def _send(
         self,
@@ -88,21 +98,21 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         accept: tuple[int, ...] = (),
-    ) -> httpx.Response:
-        response = await self._client.request(
-            method,
-            path,
-            json=body,
-            params=params,
-            headers={"Content-Type": content_type} if body is not None else None,
-        )
-        if response.is_success or response.status_code in accept:
-            return response
-        raise KubeError(response.status_code, method, path, _detail(response))
+    ) -> tuple[int, Any]:
+        """(HTTP status, decoded JSON body) for a success or an accepted status; else KubeError."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": content_type} if body is not None else None
+        async with self._client().request(
+            method, self._base + path, data=data, params=params, headers=headers
+        ) as response:
+            text = await response.text()
+            if response.status < 300 or response.status in accept:
+                return response.status, (json.loads(text) if text else {})
+            raise KubeError(response.status, method, path, _detail(text))
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-        response = await self._send("GET", path, params=params, accept=(404,))
-        return None if response.status_code == 404 else dict(response.json())
+        status, body = await self._send("GET", path, params=params, accept=(404,))
+        return None if status == 404 else dict(body)
 
     async def list_items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         body = await self.get(path, params)
@@ -112,8 +122,8 @@ class KubeClient:
         """Create the object; False if it already exists (a repeated reconcile), which is fine."""
         metadata = manifest["metadata"]
         path = path_of(str(manifest["kind"]), str(metadata["namespace"]))
-        response = await self._send("POST", path, body=manifest, accept=(409,))
-        return response.status_code != 409
+        status, _ = await self._send("POST", path, body=manifest, accept=(409,))
+        return status != 409
 
     async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None:
         """Create a ConfigMap, or overwrite its data if it exists."""
@@ -124,14 +134,14 @@ class KubeClient:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch; None if the object is gone."""
-        response = await self._send("PATCH", path, body=patch, content_type=MERGE_PATCH, accept=(404,))
-        return None if response.status_code == 404 else dict(response.json())
+        status, body = await self._send("PATCH", path, body=patch, content_type=MERGE_PATCH, accept=(404,))
+        return None if status == 404 else dict(body)
 
     async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
         """Delete; False if it was already gone."""
         params = {"gracePeriodSeconds": str(grace_seconds)} if grace_seconds is not None else None
-        response = await self._send("DELETE", path, params=params, accept=(404,))
-        return response.status_code != 404
+        status, _ = await self._send("DELETE", path, params=params, accept=(404,))
+        return status != 404
 
     async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:
         params = {"labelSelector": selector, "propagationPolicy": "Background"}
@@ -160,8 +170,8 @@ class KubeClient:
         await self._send("POST", path_of("Event", namespace), body=event)
 
 
-def _detail(response: httpx.Response) -> str:
+def _detail(text: str) -> str:
     try:
-        return str(response.json().get("message", response.text))
-    except ValueError:
-        return response.text[:500]
+        return str(json.loads(text).get("message", text))
+    except (ValueError, AttributeError):
+        return text[:500]

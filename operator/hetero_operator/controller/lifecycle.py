@@ -155,11 +155,28 @@ def queued(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
     return status.model_copy(update={"phase": Phase.QUEUED, "observed_generation": job.generation})
 
 
+def validated(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
+    """The status of a job whose spec passes validation: a new job, or one that failed validation
+    and was fixed, is queued; a job that kept its GPUs while its spec was invalid just becomes Valid."""
+    status = job.status or HeteroTrainJobStatus()
+    found = condition(status, ConditionType.VALID)
+    was_invalid = found is not None and found.status is ConditionStatus.FALSE
+    if status.phase is None or (status.phase is Phase.FAILED and was_invalid):
+        return queued(job, now)
+    if was_invalid:
+        return set_condition(status, ConditionType.VALID, True, "Validated", "the spec is valid", now)
+    return status
+
+
 def invalid(
     job_status: HeteroTrainJobStatus | None, problems: Sequence[str], now: float
 ) -> HeteroTrainJobStatus:
+    """Valid=False naming the problems. A job holding GPUs keeps its phase (its workers are left as they
+    are until the spec is fixed or the job deleted); any other job is Failed."""
     status = job_status or HeteroTrainJobStatus()
     status = set_condition(status, ConditionType.VALID, False, "InvalidSpec", "; ".join(problems), now)
+    if status.phase in HOLDING_PHASES:
+        return status
     return status.model_copy(update={"phase": Phase.FAILED})
 
 

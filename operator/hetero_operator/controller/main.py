@@ -10,12 +10,13 @@ from pathlib import Path
 
 import kopf
 
-from hetero_operator.controller import handlers, names
+from hetero_operator.controller import handlers, names, rebalancing
 from hetero_operator.controller.k8s import connection_info
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.scheduling_loop import LoopConfig
+from hetero_operator.rebalance.runner import RebalancerSettings
 
-assert handlers  # importing the module registers the handlers and indexes with kopf
+assert handlers and rebalancing  # importing the modules registers the handlers and indexes with kopf
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class OperatorOptions:
     peering: str | None = None
     verbose: bool = False
     checkpoint_grace_seconds: float = 30.0
+    prometheus_url: str | None = None
     watch_timeout_seconds: int = 60
     loop: LoopConfig = field(default_factory=LoopConfig)
 
@@ -79,6 +81,7 @@ def run(options: OperatorOptions) -> None:
         ),
         loop_config=options.loop_config(),
         metrics_port=options.metrics_port,
+        rebalancer=RebalancerSettings(options.prometheus_url.rstrip("/")) if options.prometheus_url else None,
     )
 
     @kopf.on.startup()

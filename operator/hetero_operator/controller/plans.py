@@ -11,8 +11,9 @@ from typing import Any
 
 from hetero_operator import plan as contract
 from hetero_operator.planner.batch import proportional_split
-from hetero_operator.resources import Allocation, HeteroTrainJobSpec, Strategy
+from hetero_operator.resources import Allocation, HeteroTrainJobSpec
 from hetero_operator.resources import Plan as StatusPlan
+from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.resources.parallelism import (
     DreamDDPParameters,
     ESyncParameters,
@@ -33,8 +34,9 @@ def initial_plan(
     predicted_iteration_seconds: float | None = None,
 ) -> contract.Plan:
     """Plan `version` for `allocation`: data-parallel strategies split the global batch by speed prior
-    (capped by `batch.perGpuClassMax`); ESync gives every worker the same batch (speed shows in its
-    local step count); HetPipe gives each virtual worker's first stage a share by summed stage speed."""
+    (or evenly with `rebalance.initialSplit: even`; capped by `batch.perGpuClassMax`); ESync gives
+    every worker the same batch (speed shows in its local step count); HetPipe gives each virtual
+    worker's first stage a share by summed stage speed."""
     workers = allocation.workers
     if not workers:
         raise PlanBuildError("allocation.workers: a plan needs at least one worker")
@@ -51,7 +53,8 @@ def initial_plan(
         batches = contract.even_local_batches(spec.batch.global_batch, world)
         extra["esync"] = contract.ESyncParams(global_learning_rate=params_e.global_step_size)
     else:
-        weights = [_speed(speeds, w.gpu_class) for w in workers]
+        even = spec.rebalance.initial_split is InitialSplit.EVEN
+        weights = [1.0 if even else _speed(speeds, w.gpu_class) for w in workers]
         caps = [float(spec.batch.per_gpu_class_max.get(w.gpu_class, float("inf"))) for w in workers]
         batches = [int(b) for b in proportional_split(spec.batch.global_batch, weights, [1] * world, caps)]
         if strategy is contract.Strategy.SESGD:
@@ -129,7 +132,3 @@ def plan_status(plan: contract.Plan, epoch: int = 0) -> StatusPlan:
         local_batches=list(plan.local_batches),
         predicted_iteration_seconds=plan.predicted_iteration_seconds or 0.0,
     )
-
-
-def uses_strategy(spec: HeteroTrainJobSpec, strategy: Strategy) -> bool:
-    return spec.parallelism.strategy is strategy

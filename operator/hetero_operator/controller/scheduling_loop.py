@@ -13,12 +13,12 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 
 from hetero_operator.controller import launcher, names
 from hetero_operator.controller.facts import JobFacts
@@ -38,9 +38,9 @@ from hetero_operator.controller.lifecycle import (
     is_true,
     next_generation,
     placed,
-    queued,
     reconcile,
     scheduling_role,
+    validated,
     waiting,
 )
 from hetero_operator.controller.metrics import OperatorMetrics
@@ -54,7 +54,6 @@ from hetero_operator.scheduler import Allocation, Decisions, SchedulerConfig, sc
 log = logging.getLogger(__name__)
 
 INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
-HANDLER_GRACE_SECONDS = 3.0
 RECREATE_AFTER_SECONDS = 10.0
 
 
@@ -71,15 +70,29 @@ class LoopConfig:
 
 @dataclass
 class _Work:
-    """One job in one cycle: what the index says and the status after its lifecycle step."""
+    """One job in one cycle. `job` carries the status decided so far; `stored` is the status the API
+    server has, so a status decided in several steps of a cycle is written once, as one patch."""
 
     facts: JobFacts
     job: HeteroTrainJob
     step: Step
+    stored: HeteroTrainJobStatus = field(default_factory=HeteroTrainJobStatus)
 
 
 def _status_of(job: HeteroTrainJob) -> HeteroTrainJobStatus:
     return job.status or HeteroTrainJobStatus()
+
+
+def _only_status(step: Step) -> bool:
+    return not (
+        step.ensure_generation
+        or step.delete_pods
+        or step.force_delete_pods
+        or step.request_checkpoint
+        or step.events
+        or step.restarted
+        or step.wake_in is not None
+    )
 
 
 def status_patch(old: HeteroTrainJobStatus, new: HeteroTrainJobStatus) -> dict[str, Any]:
@@ -118,6 +131,8 @@ class SchedulingLoop:
         # show new pods, and re-posting every object each cycle until then would only earn 409s.
         self._created: dict[tuple[str, int], float] = {}
         self._limit = asyncio.Semaphore(config.concurrency)
+        self._creation_limit = asyncio.Semaphore(config.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
         self.cycles = 0
 
     def trigger(self) -> None:
@@ -156,7 +171,7 @@ class SchedulingLoop:
             try:
                 jobs, pods, nodes = await self._existing_objects()
                 break
-            except (KubeError, httpx.HTTPError) as error:
+            except (KubeError, aiohttp.ClientError) as error:
                 if time.monotonic() > deadline:
                     raise
                 log.info("listing the cluster failed (%s); retrying", error)
@@ -206,26 +221,27 @@ class SchedulingLoop:
         self._created = {key: at for key, at in self._created.items() if at > fresh}
         view = self._view()
         work: dict[str, _Work] = {}
-        unvalidated: list[JobFacts] = []
+        invalid_jobs: list[tuple[JobFacts, list[str]]] = []
         for key, facts in sorted(view.jobs.items()):
             if facts.deleting:
                 continue
-            if facts.phase is None:
-                # The create handler validates new jobs; take over only if it did not within a few seconds.
-                if now - facts.created_at >= HANDLER_GRACE_SECONDS:
-                    unvalidated.append(facts)
-                else:
-                    self._wake_in(HANDLER_GRACE_SECONDS)
+            job, problems = facts.model, list(facts.problems)
+            if job is not None:
+                problems += semantic_problems(job)
+            if job is None or problems:
+                invalid_jobs.append((facts, problems))
                 continue
-            if facts.model is None:
-                continue
-            job = facts.model
+            original = job
+            checked = validated(job, now)
+            if checked != _status_of(job):
+                job = job.model_copy(update={"status": checked})
             observation = Observation(
                 job, view.pods_of(key), view.lost_nodes(_status_of(job).allocation), now
             )
-            work[key] = _Work(facts, job, reconcile(observation, self.config.lifecycle))
+            step = reconcile(observation, self.config.lifecycle)
+            work[key] = _Work(facts, original, step, _status_of(original))
+        await self._gather(self._mark_invalid(facts, problems, now) for facts, problems in invalid_jobs)
         await self._gather(self._apply_step(item, view) for item in work.values())
-        await self._gather(self._validate(facts, now) for facts in unvalidated)
         requests = []
         for key, item in work.items():
             status = item.step.status
@@ -240,6 +256,7 @@ class SchedulingLoop:
         self.metrics.schedule_seconds.observe(time.perf_counter() - started)
         scheduled = time.perf_counter()
         await self._apply_decisions(decisions, work, view, now)
+        await self._gather(self._flush(item) for item in work.values())
         self._export(work, decisions)
         log.debug(
             "cycle: %d jobs, lifecycle+view %.3f s, schedule %.3f s, apply %.3f s (%d placed)",
@@ -265,6 +282,11 @@ class SchedulingLoop:
 
     async def _apply_step(self, item: _Work, view: ClusterView) -> None:
         step, job, namespace = item.step, item.job, item.facts.namespace
+        if _only_status(step):
+            # Nothing depends on this status being stored yet: the scheduler's decision may add
+            # to it, and `_flush` writes the result once.
+            item.job = job.model_copy(update={"status": step.status})
+            return
         job_now = await self._write_status(item, step.status)
         if job_now is None:
             return
@@ -274,37 +296,37 @@ class SchedulingLoop:
             await self.client.delete(path_of("Pod", namespace, name))
         await self._request_checkpoint(namespace, step.request_checkpoint)
         if step.ensure_generation and self._due_for_creation(item.facts.key, job_now):
-            await self._create_generation(job_now, view, replace_plan=False)
+            self._background(self._create_generation(job_now, view, replace_plan=False))
         for event in step.events:
-            await self._event(job, event)
+            self._background(self._event(job, event))
         if step.restarted:
             self.metrics.restarts.inc()
         self._wake_in(step.wake_in)
 
-    async def _validate(self, facts: JobFacts, now: float) -> None:
-        """The create handler validates new jobs; this catches one it never got to (an operator killed
-        between a job's creation and its first status write)."""
-        problems = list(facts.problems)
-        if facts.model is not None:
-            problems += semantic_problems(facts.model)
-        job = facts.model
-        if job is None or problems:
-            status = invalid(job.status if job is not None else None, problems, now)
-        else:
-            status = queued(job, now)
+    async def _mark_invalid(self, facts: JobFacts, problems: list[str], now: float) -> None:
+        """Valid=False naming every problem (the create handler writes the same for quick feedback)."""
+        current = facts.model.status if facts.model is not None else None
+        status = invalid(current, problems, now)
+        if current is not None and status == current:
+            return
+        if current is None and facts.phase is not None:
+            return  # unparsable, and already marked
         body = await self.client.merge_patch(
             path_of("HeteroTrainJob", facts.namespace, facts.name, "status"), {"status": status.to_wire()}
         )
         if body is not None:
             self._written[facts.key] = JobFacts.from_body(body)
 
+    async def _flush(self, item: _Work) -> None:
+        await self._write_status(item, _status_of(item.job))
+
     async def _write_status(self, item: _Work, new: HeteroTrainJobStatus) -> HeteroTrainJob | None:
-        """Patch the status if it changed; the returned job carries the new status (None: job gone)."""
-        old = _status_of(item.job)
-        patch = status_patch(old, new)
+        """Patch the status if it differs from the stored one; the returned job carries the new
+        status (None: the job is gone)."""
+        patch = status_patch(item.stored, new)
         job = item.job.model_copy(update={"status": new})
+        item.job = job
         if not patch:
-            item.job = job
             return job
         path = path_of("HeteroTrainJob", item.facts.namespace, item.facts.name, "status")
         body = await self.client.merge_patch(path, {"status": patch})
@@ -312,7 +334,7 @@ class SchedulingLoop:
             return None
         written = JobFacts.from_body(body)
         self._written[written.key] = written
-        item.job = job
+        item.stored = new
         return job
 
     async def _request_checkpoint(self, namespace: str, pods: Iterable[str]) -> None:
@@ -320,6 +342,23 @@ class SchedulingLoop:
         patch = {"metadata": {"annotations": {names.CHECKPOINT_REQUESTED_ANNOTATION: stamp}}}
         for name in pods:
             await self.client.merge_patch(path_of("Pod", namespace, name), patch)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run object creation and events beside the cycles: a cycle needs its status writes done
+        (they make the next snapshot right), not the thousands of pods they lead to. Pods of a
+        generation are current workers of a job that holds their GPUs, so no cycle double-books
+        them, and `_due_for_creation` keeps cycles from creating them twice meanwhile."""
+
+        async def limited() -> None:
+            async with self._creation_limit:
+                try:
+                    await work
+                except (KubeError, aiohttp.ClientError) as error:
+                    log.warning("%s", error)
+
+        task = asyncio.create_task(limited())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _due_for_creation(self, key: str, job: HeteroTrainJob) -> bool:
         allocation = _status_of(job).allocation
@@ -380,6 +419,7 @@ class SchedulingLoop:
             predicted = decisions.predicted_samples_per_second.get(key)
             calls.append(self._place(work[key], allocation, predicted, view, now))
         for key, message in decisions.unschedulable.items():
+            log.debug("%s waits: %s", key, message)
             calls.append(self._wait(work[key], message, now))
         stops = [
             *((key, DrainReason.PREEMPTED, p.reason) for key, p in decisions.preempt.items()),
@@ -421,14 +461,13 @@ class SchedulingLoop:
         self.metrics.placements.inc()
         if generation == 0:
             self.metrics.placement_seconds.observe(max(0.0, now - item.facts.created_at))
-        await self._create_generation(job_now, view, replace_plan=True)
+        self._background(self._create_generation(job_now, view, replace_plan=True))
         message = f"placed on {chosen.total_gpus} GPUs ({chosen.classes}), worker generation {generation}"
-        await self._event(job_now, JobEvent("Normal", "Placed", message))
+        self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
 
     async def _wait(self, item: _Work, message: str, now: float) -> None:
-        updated = waiting(item.job, message, now)
-        if updated != _status_of(item.job):
-            await self._write_status(item, updated)
+        # Written by `_flush` with whatever else changed for this job in the cycle.
+        item.job = item.job.model_copy(update={"status": waiting(item.job, message, now)})
 
     async def _stop(
         self, item: _Work, reason: DrainReason, message: str, view: ClusterView, now: float
@@ -442,7 +481,9 @@ class SchedulingLoop:
         self.metrics.preemptions.inc()
         pods = [p.name for p in view.pods_of(item.facts.key) if p.live and not p.deleting]
         await self._request_checkpoint(item.facts.namespace, pods)
-        await self._event(job_now, JobEvent("Normal", reason.value, f"{message}; saving a checkpoint first"))
+        self._background(
+            self._event(job_now, JobEvent("Normal", reason.value, f"{message}; saving a checkpoint first"))
+        )
         self._wake_in(self.config.lifecycle.checkpoint_grace_seconds)
 
     # --- metrics --------------------------------------------------------------------------------

@@ -25,6 +25,11 @@ from hetero_operator.planner.goodput import geometric_candidates
 from hetero_operator.rebalance.measurements import JobMeasurements
 
 HISTORY_PER_WORKER = 8
+# A worker's linear model is only fitted from batch sizes at least this far apart (relative to their
+# mean): two nearly equal batches turn measurement noise into a wild slope.
+MIN_RELATIVE_SPREAD = 0.1
+# When the fitted model misjudges the plan just measured by more than this, it is not trusted.
+MAX_MODEL_ERROR = 0.25
 # Strategies whose plan is a per-rank batch split the rebalancer can change between epochs.
 SPLIT_STRATEGIES = frozenset({Strategy.DATA, Strategy.ESYNC, Strategy.DREAMDDP, Strategy.SESGD})
 
@@ -71,6 +76,22 @@ def record(history: History, measured: JobMeasurements, plan: Plan) -> dict[int,
     return updated
 
 
+def well_spread(history: History) -> dict[int, list[PerfSample]]:
+    """History in which a worker whose batch sizes are too close to fit a line keeps only its latest
+    batch size (so the planner stays with the inverse-time split for it)."""
+    out: dict[int, list[PerfSample]] = {}
+    for rank, samples in history.items():
+        batches = [s.batch for s in samples]
+        if not batches:
+            continue
+        spread = (max(batches) - min(batches)) / (sum(batches) / len(batches))
+        latest = batches[-1]
+        out[rank] = (
+            list(samples) if spread >= MIN_RELATIVE_SPREAD else [s for s in samples if s.batch == latest]
+        )
+    return out
+
+
 def measured_iteration_seconds(measured: JobMeasurements) -> float:
     """A synchronous step ends when the slowest rank ends: the largest mean step time."""
     return max(w.step_seconds for w in measured.workers)
@@ -110,7 +131,8 @@ def decide(
         )
         for rank in range(ranks)
     ]
-    named = {str(rank): list(samples) for rank, samples in history.items()}
+    usable = well_spread(history)
+    named = {str(rank): samples for rank, samples in usable.items()}
     global_batch = current.global_batch
     try:
         split = next_split(global_batch, workers, named)
@@ -122,6 +144,12 @@ def decide(
         )
 
     lr_scale = current.learning_rate_scale
+    if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
+        model_error = abs(predict_iteration_time(split.cluster, current.local_batches) / 1e3 - measured_s)
+        if model_error > MAX_MODEL_ERROR * measured_s:
+            # The fitted model does not explain what was just measured: fall back to speeds alone.
+            latest = {str(rank): samples[-1:] for rank, samples in usable.items()}
+            split = next_split(global_batch, workers, latest)
     if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
         cluster = split.cluster
         predicted_current = predict_iteration_time(cluster, current.local_batches)
@@ -142,7 +170,7 @@ def decide(
                     predicted_new = chosen.iteration_time
                     lr_scale = lr_factor(policy.lr_scaling, global_batch, policy.base_global_batch)
     else:
-        per_sample = _per_sample_ms(history, ranks)
+        per_sample = _per_sample_ms(usable, ranks)
         new_batches = split.local_batches
         predicted_current = _predict_ms(per_sample, current.local_batches)
         predicted_new = _predict_ms(per_sample, new_batches)

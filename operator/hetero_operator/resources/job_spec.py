@@ -7,6 +7,7 @@ carries it as an `x-kubernetes-validations` entry, and the model validator raise
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -181,6 +182,13 @@ class Batch(WireModel):
 # --- the rest of the spec ----------------------------------------------------------------------
 
 
+class InitialSplit(StrEnum):
+    """How the first plan of an allocation splits the global batch."""
+
+    PRIOR = "prior"
+    EVEN = "even"
+
+
 class Rebalance(WireModel):
     """Between epochs the operator refits each worker's speed from Prometheus metrics and, when the
     predicted gain is large enough, re-splits the batch (a new plan version)."""
@@ -195,6 +203,11 @@ class Rebalance(WireModel):
         le=1,
         description="Smallest predicted relative drop in iteration time (0.05 = 5%) that justifies a "
         "new plan.",
+    )
+    initial_split: InitialSplit = Field(
+        default=InitialSplit.PRIOR,
+        description="First plan of an allocation: `prior` splits the batch by each GPUClass's "
+        "relativeSpeed; `even` gives every worker the same share and lets measurements decide.",
     )
 
 

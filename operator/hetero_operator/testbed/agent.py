@@ -63,12 +63,13 @@ class RunningPod:
 
 
 class Agent:
-    def __init__(self, api_client: client.ApiClient, root: Path) -> None:
+    def __init__(self, api_client: client.ApiClient, root: Path, speed_scale: float = 1.0) -> None:
         # Objects from the API are handled as plain data; the client's generated types add nothing here.
         self.core: Any = client.CoreV1Api(api_client)
         self.coordination: Any = client.CoordinationV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.root = root
+        self.speed_scale = speed_scale
         self.pods: dict[str, RunningPod] = {}
         self.ip_index = 0
         self.used_ips: set[str] = set()
@@ -284,7 +285,8 @@ class Agent:
         for volume in pod_dict["spec"].get("volumes") or []:
             if "secret" in volume and volume["secret"]["secretName"] in secrets:
                 _write_files(volume_dirs[volume["name"]], secrets[volume["secret"]["secretName"]])
-        speed = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
+        relative = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
+        speed = None if relative is None else relative * self.speed_scale
         env_master = self._master_port_map(pod_dict, dns)
         try:
             plan = process_plan(
@@ -471,10 +473,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--root", required=True, type=Path)
+    parser.add_argument(
+        "--speed-scale",
+        type=float,
+        default=1.0,
+        help="Multiply every simulated speed by this (time dilation, so simulated GPUs share few cores).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     api_client = config.new_client_from_config(config_file=args.kubeconfig)
-    agent = Agent(api_client, args.root)
+    agent = Agent(api_client, args.root, args.speed_scale)
 
     def stop(_signum: int, _frame: object) -> None:
         agent.stopping = True

@@ -33,6 +33,10 @@ CRD_DIR = REPO_ROOT / "crds"
 SERVICE_CIDR = "10.96.0.0/24"
 # Fake pods get addresses from a loopback range, so a stray scrape can never leave the machine.
 FAKE_POD_CIDR = "127.200.0.0/16"
+# Local process nodes run every simulated GPU at a quarter of its class's relativeSpeed (as a share of
+# one CPU core). Three or more simulated GPUs then share this machine's cores without slowing each
+# other down, so their speeds keep the ratios their GPUClasses give (1 : 0.5 : 0.25 stays exact).
+LOCAL_SPEED_SCALE = 0.25
 
 
 def default_root() -> Path:
@@ -341,6 +345,7 @@ class Testbed:
             "hetero_operator.testbed.agent",
             f"--kubeconfig={self.kubeconfig}",
             f"--root={self.root / 'local-pods'}",
+            f"--speed-scale={LOCAL_SPEED_SCALE}",
         ]
 
     def _prometheus_argv(self, state: State, config: Path) -> list[str]:
