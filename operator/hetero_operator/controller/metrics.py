@@ -49,13 +49,17 @@ class OperatorMetrics:
         start_http_server(port, addr=address, registry=self.registry)
 
     def set_queue_lengths(self, lengths: Mapping[str, int]) -> None:
-        _set_all(self.queue_length, lengths)
+        # The default queue is always reported, so an empty queue reads 0 rather than no data.
+        _set_all(self.queue_length, {DEFAULT_QUEUE: 0, **lengths})
 
     def set_jobs_by_phase(self, counts: Mapping[str, int]) -> None:
         _set_all(self.jobs, counts)
 
     def set_gpus_allocated(self, counts: Mapping[str, int]) -> None:
         _set_all(self.gpus_allocated, counts)
+
+
+DEFAULT_QUEUE = "default"
 
 
 def _set_all(gauge: Gauge, values: Mapping[str, int]) -> None:

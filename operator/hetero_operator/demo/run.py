@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,14 +67,16 @@ def operator_process(testbed: Testbed, log: Path) -> Iterator[int]:
         "--checkpoint-grace=5",
     ]
     launched = processes.launch("operator", argv, log.parent)
+    testbed.scrape_operator(f"127.0.0.1:{port}")
     try:
         yield port
     finally:
         processes.stop(launched.pid, launched.binary)
+        testbed.scrape_operator(None)
 
 
-def _job(testbed: Testbed, name: str) -> dict[str, Any]:
-    result = testbed.kubectl("get", "htj", name, "-n", NAMESPACE, "-o", "json", check=False)
+def _job(testbed: Testbed, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    result = testbed.kubectl("get", "htj", name, "-n", namespace, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else {}
 
 
@@ -151,20 +153,35 @@ def _progress_lines(testbed: Testbed, job: str) -> list[dict[str, Any]]:
     return lines
 
 
-def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
-    root = settings.root or cache_root() / "clusters" / "demo"
-    testbed = Testbed(root)
+def prepare(testbed: Testbed, job: dict[str, Any]) -> None:
+    """Local GPU nodes, the example GPU classes, the namespace, and no leftover job of the same name."""
+    testbed.up(load_node_list(EXAMPLES / "demo" / "nodes.yaml"))
+    testbed.kubectl("apply", "-f", str(EXAMPLES / "gpuclasses.yaml"))
+    testbed.kubectl("create", "namespace", job["metadata"]["namespace"], check=False)
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    testbed.kubectl("delete", "htj", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+
+
+def run_demo(
+    settings: DemoSettings,
+    console: Console,
+    testbed: Testbed | None = None,
+    job: dict[str, Any] | None = None,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run the job to the end (or the timeout) under a fresh operator; `on_tick` sees every poll."""
+    owned = testbed is None
+    testbed = testbed or Testbed(settings.root or cache_root() / "clusters" / "demo")
+    root = testbed.root
     output = settings.output
     output.mkdir(parents=True, exist_ok=True)
-    job = demo_job()
+    job = job or demo_job()
     name = job["metadata"]["name"]
-    with console.status("starting the test bed (the first run builds it: minutes)") as status:
-        testbed.up(load_node_list(EXAMPLES / "demo" / "nodes.yaml"), on_step=lambda m: status.update(m))
-        testbed.kubectl("apply", "-f", str(EXAMPLES / "gpuclasses.yaml"))
-        testbed.kubectl("create", "namespace", NAMESPACE, check=False)
-        testbed.kubectl("delete", "htj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    with console.status("starting the test bed (the first run builds it: minutes)"):
+        prepare(testbed, job)
     console.print(f"test bed up: API server {testbed.apiserver_url}, Prometheus {testbed.prometheus_url}")
     plans: dict[int, list[int]] = {}
+    report: dict[str, Any] = {}
     try:
         with operator_process(testbed, root / "logs" / "operator.log"):
             testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
@@ -176,6 +193,8 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
                     plan = (state.get("status") or {}).get("plan") or {}
                     if plan.get("version"):
                         plans[int(plan["version"])] = list(plan.get("localBatches") or [])
+                    if on_tick is not None:
+                        on_tick(state)
                     rates = _worker_rates(testbed.prometheus_url, name)
                     live.update(
                         Panel(_view(state, rates, time.monotonic() - started), title="heterotrain demo")
@@ -187,12 +206,13 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
             rows = epoch_rows(_progress_lines(testbed, name), plans)
             report = build_report(rows, (state.get("status") or {}).get("rebalances") or [])
             report["phase"] = phase
+            report["status"] = state.get("status") or {}
             report["prometheus"] = testbed.prometheus_url
             (output / "report.json").write_text(json.dumps(report, indent=2))
             if rows:
                 plot(rows, output / "throughput.png")
     finally:
-        if not settings.keep_cluster:
+        if owned and not settings.keep_cluster:
             testbed.down()
     return report
 

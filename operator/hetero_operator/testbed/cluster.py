@@ -75,6 +75,7 @@ class Testbed:
         self.logs = self.root / "logs"
         self.kubeconfig = self.root / "kubeconfig"
         self.state_file = self.root / "state.json"
+        self.operator_targets = self.root / "operator-targets.json"
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -199,9 +200,14 @@ class Testbed:
         start("kube-controller-manager", self._controller_manager_argv(pki))
         start("kwok", self._kwok_argv(state))
         start("agent", self._agent_argv())
+        self.scrape_operator(None)
         prom_config = self.root / "prometheus.yml"
         prom_config.write_text(
-            yaml.safe_dump(prometheus_config(self.kubeconfig, f"127.0.0.1:{state.ports['prometheus']}"))
+            yaml.safe_dump(
+                prometheus_config(
+                    self.kubeconfig, f"127.0.0.1:{state.ports['prometheus']}", self.operator_targets
+                )
+            )
         )
         start("prometheus", self._prometheus_argv(state, prom_config))
         self._wait(lambda: self._http_ok(f"{self.prometheus_url}/-/ready"), "prometheus", 60)
@@ -237,6 +243,27 @@ class Testbed:
         self.state_file.unlink(missing_ok=True)
         for sub in ("etcd", "prometheus"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
+
+    def scrape_operator(self, address: str | None) -> None:
+        """Have Prometheus scrape an operator running on this machine (None: stop scraping it)."""
+        targets = [{"targets": [address], "labels": {"component": "operator"}}] if address else []
+        scratch = self.operator_targets.with_suffix(".tmp")
+        scratch.write_text(json.dumps(targets))
+        scratch.replace(self.operator_targets)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (fault injection); `start_component` brings it back with the same ports."""
+        state = self._require_state()
+        info = state.processes[name]
+        processes.stop(info["pid"], info["binary"])
+
+    def start_component(self, name: str, timeout: float = 60.0) -> None:
+        state = self._require_state()
+        argv = {"prometheus": lambda: self._prometheus_argv(state, self.root / "prometheus.yml")}[name]()
+        launched = processes.launch(name, argv, self.logs)
+        state.processes[name] = {"pid": launched.pid, "binary": launched.binary, "log": str(launched.log)}
+        state.save(self.state_file)
+        self._wait(lambda: self._http_ok(f"{self.prometheus_url}/-/ready"), name, timeout)
 
     # ---- cluster content ----------------------------------------------------------------------
     def install_crds(self) -> None:

@@ -11,10 +11,14 @@ SCRAPE_INTERVAL_SECONDS = 2
 LOOPBACK_ADDRESS = r"127\.\d+\.\d+\.\d+(:\d+)?"
 
 
+OPERATOR_JOB = "heterotrain-operator"
+
+
 def prometheus_config(
-    kubeconfig: Path, self_address: str, extra_targets: list[str] | None = None
+    kubeconfig: Path, self_address: str, operator_targets: Path | None = None
 ) -> dict[str, Any]:
-    """Scrape itself, any static targets, and every pod annotated `prometheus.io/scrape: "true"`."""
+    """Scrape itself, every pod annotated `prometheus.io/scrape: "true"`, and the operators listed in
+    `operator_targets` (a file_sd file: operators run as host processes here, not as pods)."""
     pod_job: dict[str, Any] = {
         "job_name": "kubernetes-pods",
         "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
@@ -46,8 +50,13 @@ def prometheus_config(
         {"job_name": "prometheus", "static_configs": [{"targets": [self_address]}]},
         pod_job,
     ]
-    if extra_targets:
-        jobs.append({"job_name": "static", "static_configs": [{"targets": list(extra_targets)}]})
+    if operator_targets is not None:
+        jobs.append(
+            {
+                "job_name": OPERATOR_JOB,
+                "file_sd_configs": [{"files": [str(operator_targets)], "refresh_interval": "5s"}],
+            }
+        )
     return {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_SECONDS}s",

@@ -1,0 +1,122 @@
+"""The closed loop on the test bed: worker pods run as processes, Prometheus scrapes them, and the
+operator rebalances the job between epochs until it trains at the speed of its GPUs."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
+from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
+from hetero_operator.testbed.cluster import Testbed
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def loop_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A test bed of its own: three local process nodes and no fake nodes the job could land on."""
+    bed = Testbed(tmp_path_factory.mktemp("loop-bed"))
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+def _query(prometheus: str, expr: str) -> list[Any]:
+    body = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert body["status"] == "success", (expr, body)
+    return list(body["data"]["result"])
+
+
+def _condition(state: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (state.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(loop_bed: Testbed, tmp_path: Path) -> None:
+    empty_panels: dict[str, list[str]] = {}
+    checked: list[bool] = []
+
+    def check_dashboards(state: dict[str, Any]) -> None:
+        epoch = ((state.get("status") or {}).get("progress") or {}).get("epoch", 0)
+        if checked or epoch < 6:
+            return
+        checked.append(True)
+        for file, builder in DASHBOARDS.items():
+            for expr in panel_queries(dashboard_json(builder())):
+                runnable = runnable_query(expr, {"job": "digits"})
+                if not _query(loop_bed.prometheus_url, runnable):
+                    empty_panels.setdefault(file, []).append(runnable)
+
+    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, demo_job(), check_dashboards)
+
+    assert report["phase"] == "Succeeded"
+    assert report["final_accuracy"] >= 0.9
+    final = report["local_batches"][-1]
+    assert final[0] > final[1] > final[2], "the fastest worker gets the largest batch"
+    for got, want in zip((final[0] / final[2], final[1] / final[2]), (4.0, 2.0), strict=True):
+        assert abs(got - want) / want <= 0.2, f"split {final} is not within 20% of 4:2:1"
+    assert report["speedup_vs_even_epoch"] >= 1.5
+    status = report["status"]
+    assert status["rebalances"], "at least one rebalance is recorded"
+    assert status["plan"]["version"] >= 2 and status["progress"]["epoch"] >= 9
+    assert any(r.get("measuredIterationSeconds") for r in status["rebalances"])
+    assert _condition({"status": status}, "MetricsAvailable")["status"] == "True"  # type: ignore[index]
+    assert checked, "the dashboards were checked while the job ran"
+    assert not empty_panels, f"panels without data: {empty_panels}"
+    assert (tmp_path / "report.json").exists() and (tmp_path / "throughput.png").exists()
+
+
+def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(loop_bed: Testbed, tmp_path: Path) -> None:
+    job = demo_job()
+    job["metadata"]["name"] = "outage"
+    seen: dict[str, float] = {}
+
+    def outage(state: dict[str, Any]) -> None:
+        status = state.get("status") or {}
+        if "stopped" not in seen and status.get("phase") == "Running":
+            loop_bed.stop_component("prometheus")
+            seen["stopped"] = time.time()
+            return
+        condition = _condition(state, "MetricsAvailable")
+        if "stopped" in seen and "unavailable" not in seen and condition and condition["status"] == "False":
+            seen["unavailable"] = time.time()
+            seen["plan_during_outage"] = (status.get("plan") or {}).get("version", 0)
+            assert condition["reason"] == "PrometheusUnavailable"
+            assert status.get("phase") == "Running", "the job keeps running on its last plan"
+            loop_bed.start_component("prometheus")
+            seen["restarted"] = time.time()
+
+    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, job, outage)
+
+    assert report["phase"] == "Succeeded"
+    assert "unavailable" in seen, "the condition said Prometheus was unavailable"
+    assert seen["plan_during_outage"] == 1, "no plan was written without metrics"
+    rebalances = report["status"]["rebalances"]
+    assert rebalances, "rebalancing resumed once Prometheus was back"
+    assert _condition({"status": report["status"]}, "MetricsAvailable")["status"] == "True"  # type: ignore[index]
+
+
+def test_adaptive_total_batch_changes_within_bounds(loop_bed: Testbed, tmp_path: Path) -> None:
+    job = copy.deepcopy(demo_job())
+    job["metadata"]["name"] = "adaptive"
+    job["spec"]["batch"] = {"global": 1024, "min": 256, "max": 2048, "adaptive": True}
+    totals: set[int] = set()
+
+    def watch(state: dict[str, Any]) -> None:
+        plan = (state.get("status") or {}).get("plan") or {}
+        if plan.get("globalBatch"):
+            totals.add(int(plan["globalBatch"]))
+
+    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, job, watch)
+
+    assert report["phase"] == "Succeeded"
+    assert len(totals) >= 2, f"the total batch never changed: {totals}"
+    assert all(256 <= total <= 2048 for total in totals)
