@@ -280,10 +280,11 @@ DESCRIPTION = (
     "kube-apiserver and etcd, KWOK nodes of 8 GPUs in 4 classes), all jobs created at once from 16 client "
     "threads (mixed sizes 1-16 GPUs, class lists, priorities, 4 queues; all fit). A job counts as placed "
     "when all its worker pods exist bound to their nodes; the clock starts before the first create. Cycle "
-    "latency is the operator's whole cycle (lifecycle steps, `schedule()`, writing status, creating objects, "
-    "while kopf handles the watch events in the same event loop) from its own histogram, interpolated "
-    "within buckets; `schedule()` alone is listed beside it. Everything (API server, etcd, KWOK, the "
-    "controller manager, the operator) shares the 2-core machine."
+    "latency is the operator's whole cycle (lifecycle steps, `schedule()`, status writes; pods and other "
+    "objects are created beside the cycles) while kopf handles the watch events in the same event loop, "
+    "from its own histogram, interpolated within buckets (10000 means the top bucket, 10 s or more); "
+    "`schedule()` alone is listed beside it. Everything (API server, etcd, KWOK, the controller manager, "
+    "the operator) shares the 2-core machine, which other work was also loading during the run."
 )
 COLUMNS = (
     "nodes",

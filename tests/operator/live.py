@@ -137,7 +137,13 @@ class Jobs:
             status = self.status(name)
             return status if status.get("phase") == phase else None
 
-        return wait_for(reached, timeout, f"{self.namespace}/{name} to be {phase} (now {self.phase(name)})")
+        try:
+            return wait_for(reached, timeout, f"{self.namespace}/{name} to be {phase}")
+        except AssertionError as error:
+            placed = self.condition(name, "Placed") or {}
+            raise AssertionError(
+                f"{error}; phase {self.phase(name)}, Placed: {placed.get('message')}"
+            ) from None
 
     def pods(self, job: str | None = None) -> list[dict[str, Any]]:
         selector = f"{names.LABEL_JOB}={job}" if job else names.LABEL_JOB

@@ -95,3 +95,33 @@ def test_certificates_chain_to_the_ca_and_name_the_admin(tmp_path: Path) -> None
     sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "localhost" in sans.get_values_for_type(x509.DNSName)
     assert (pki.admin_key.stat().st_mode & 0o777) == 0o600
+
+
+def test_local_pod_paths_map_mounts_but_not_the_hosts_own_programs(tmp_path: Path) -> None:
+    import sys
+
+    from hetero_operator.testbed.local_pods import process_plan
+
+    pod = {
+        "metadata": {"name": "w0", "namespace": "ns"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "command": ["python", "-c", "pass", "/tmp/scratch/out"],
+                    "env": [{"name": "PLAN", "value": "/etc/plan/plan.json"}],
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "plan", "mountPath": "/etc/plan"},
+                    ],
+                }
+            ]
+        },
+    }
+    volumes = {"tmp": tmp_path / "tmp", "plan": tmp_path / "plan"}
+    plan = process_plan(pod, "127.10.0.2", tmp_path, volumes, {}, {}, {}, 0.5)
+    # The interpreter is this host's (even when it lives under /tmp); container paths are mapped.
+    assert plan.argv[0] == sys.executable
+    assert plan.argv[-1] == str(tmp_path / "tmp" / "scratch" / "out")
+    assert plan.env["PLAN"] == str(tmp_path / "plan" / "plan.json")
+    assert plan.env["POD_IP"] == "127.10.0.2" and plan.env["HETEROTRAIN_SIMULATED_SPEED"] == "0.5"

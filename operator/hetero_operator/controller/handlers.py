@@ -13,10 +13,9 @@ from typing import Any
 
 import kopf
 
-from hetero_operator.controller import names
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.inventory import pod_index_key
-from hetero_operator.controller.k8s import KubeClient, path_of
+from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.lifecycle import invalid
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
@@ -142,16 +141,9 @@ async def suspend_changed(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) 
 @kopf.on.delete(*JOBS)
 async def job_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     """Remove the workers and everything else the job owns (the garbage collector would too, later)."""
-    client: KubeClient = memo.client
     assert namespace is not None
-    await client.delete_collection("Pod", namespace, names.job_selector(name))
-    for kind, object_name in (
-        ("Service", names.service_name(name)),
-        ("ConfigMap", names.plan_config_map_name(name)),
-        ("PersistentVolumeClaim", names.checkpoint_claim_name(name)),
-    ):
-        await client.delete(path_of(kind, namespace, object_name))
-    _wake(memo)
+    loop: SchedulingLoop = memo.loop
+    await loop.delete_job_objects(namespace, name)
 
 
 # --- operator start and stop ---------------------------------------------------------------------

@@ -126,6 +126,7 @@ class SchedulingLoop:
         self.metrics = metrics
         self._wake = asyncio.Event()
         self._next_wake = config.idle_wake_seconds
+        self._last_cycle_seconds = 0.0
         self._written: dict[str, JobFacts] = {}
         # (job key, generation) -> when its objects were last created; the watch needs a moment to
         # show new pods, and re-posting every object each cycle until then would only earn 409s.
@@ -143,7 +144,9 @@ class SchedulingLoop:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._next_wake)
-            await asyncio.sleep(self.config.debounce_seconds)
+            # Debounce: gather the changes of a burst into one cycle, and never spend more than about
+            # half the time in cycles (creation and the watches share this event loop).
+            await asyncio.sleep(max(self.config.debounce_seconds, min(self._last_cycle_seconds, 2.0)))
             self._wake.clear()
             self._next_wake = self.config.idle_wake_seconds
             started = time.perf_counter()
@@ -154,7 +157,8 @@ class SchedulingLoop:
             except Exception:
                 log.exception("scheduling cycle failed; retrying")
                 self._wake_in(1.0)
-            self.metrics.cycle_seconds.observe(time.perf_counter() - started)
+            self._last_cycle_seconds = time.perf_counter() - started
+            self.metrics.cycle_seconds.observe(self._last_cycle_seconds)
             self.cycles += 1
 
     def _wake_in(self, seconds: float | None) -> None:
@@ -197,6 +201,23 @@ class SchedulingLoop:
                 pods.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
         nodes = {item["metadata"]["name"] for item in await self.client.list_items(f"{CORE}/nodes")}
         return jobs, pods, nodes
+
+    async def delete_job_objects(self, namespace: str, name: str) -> None:
+        """Everything a deleted job owns. Pods on nodes that are gone or not Ready are force-deleted:
+        no kubelet is left to confirm their end (the garbage collector would wait as long)."""
+        view = self._view()
+        await self.client.delete_collection("Pod", namespace, names.job_selector(name))
+        for pod in view.pods_of(f"{namespace}/{name}"):
+            node = view.nodes.get(pod.node or "")
+            if node is None or not node.ready:
+                await self.client.delete(path_of("Pod", namespace, pod.name), grace_seconds=0)
+        for kind, object_name in (
+            ("Service", names.service_name(name)),
+            ("ConfigMap", names.plan_config_map_name(name)),
+            ("PersistentVolumeClaim", names.checkpoint_claim_name(name)),
+        ):
+            await self.client.delete(path_of(kind, namespace, object_name))
+        self.trigger()
 
     # --- one cycle ------------------------------------------------------------------------------
 

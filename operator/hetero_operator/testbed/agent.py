@@ -309,16 +309,22 @@ class Agent:
             self._report_exit(pod, 128, f"cannot run as a local process: {err}")
             return
         log_path = running.directory / "container.log"
-        with log_path.open("ab") as sink:
-            running.process = subprocess.Popen(
-                plan.argv,
-                env=plan.env,
-                cwd=plan.cwd,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        try:
+            with log_path.open("ab") as sink:
+                running.process = subprocess.Popen(
+                    plan.argv,
+                    env=plan.env,
+                    cwd=plan.cwd,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+        except OSError as err:
+            # Like a kubelet whose container cannot start: the pod fails with the reason (exit 127).
+            running.finished = True
+            self._report_exit(pod, 127, f"cannot start {plan.argv[0]}: {err.strerror}")
+            return
         (running.directory / "pid").write_text(
             json.dumps({"pid": running.process.pid, "binary": plan.argv[0]})
         )

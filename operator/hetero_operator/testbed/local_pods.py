@@ -199,7 +199,9 @@ def process_plan(
         env.setdefault(SIMULATED_SPEED_ENV, f"{simulated_speed:g}")
     env["GLOO_SOCKET_IFNAME"] = "lo"
     raw_argv = [*(container.get("command") or []), *(container.get("args") or [])]
-    argv = [_rewrite_paths(_expand(a, env), mounts) for a in host_argv(raw_argv)]
+    # Container paths are rewritten before the command is mapped onto this host's Python environment:
+    # the host's own paths (which may lie under a mounted directory such as /tmp) stay as they are.
+    argv = host_argv([_rewrite_paths(_expand(a, env), mounts) for a in raw_argv])
     bin_dir = str(Path(sys.executable).parent)
     base_env = {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
