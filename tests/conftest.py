@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,15 @@ from hetero_operator.testbed.nodes import load_node_list
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a CI time limit, say) ends the run like Ctrl-C, so fixtures still stop their test beds."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @pytest.fixture(scope="session")
