@@ -46,8 +46,11 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
 class OperatorProcess:
     """`heterotrain operator` as a child process against the test bed."""
 
-    def __init__(self, testbed: Testbed, log: Path, grace_seconds: float = 2.0) -> None:
+    def __init__(
+        self, testbed: Testbed, log: Path, grace_seconds: float = 2.0, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.testbed = testbed
+        self.extra_args = extra_args
         self.log = log
         self.grace_seconds = grace_seconds
         self.metrics_port = free_port()
@@ -64,6 +67,7 @@ class OperatorProcess:
             str(self.metrics_port),
             "--checkpoint-grace",
             str(self.grace_seconds),
+            *self.extra_args,
         ]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(

@@ -125,7 +125,7 @@ def test_defaults(rendered: dict[str, list[Manifest]]) -> None:
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     main = container(manifests)
     assert main["image"] == "heterotrain/operator:0.1.0"
-    assert main["args"] == ["--metrics-port=8080"]
+    assert main["args"] == ["--metrics-port=8080", "--api-port=8443"]
     assert {p["name"] for p in main["ports"]} == {"metrics", "api"}
     service = one(manifests, "Service")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"metrics", "api"}

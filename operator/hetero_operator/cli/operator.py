@@ -44,6 +44,10 @@ def operator_command(
             envvar="HETEROTRAIN_PROMETHEUS_URL",
         ),
     ] = None,
+    api_port: Annotated[
+        int,
+        typer.Option("--api-port", help="Serve the HTTP API (pools, jobs, what-if) on this port (0: off)."),
+    ] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
@@ -58,6 +62,7 @@ def operator_command(
             verbose=verbose,
             checkpoint_grace_seconds=checkpoint_grace,
             prometheus_url=prometheus_url,
+            api_port=api_port,
         )
     )
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -166,15 +168,30 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
     memo.client, memo.metrics, memo.loop = client, metrics, loop
     memo.loop_task = asyncio.create_task(loop.run(), name="heterotrain scheduling loop")
+    if getattr(memo, "api_port", 0):
+        # The HTTP API runs in the operator's own event loop and serves the operator's metrics too.
+        from hetero_operator.api import create_app
+        from hetero_operator.api.server import serve
+        from hetero_operator.api.settings import ApiSettings
+
+        kubeconfig = os.environ.get("KUBECONFIG")  # set by `run` from --kubeconfig; else in-cluster
+        settings = ApiSettings(
+            kubeconfig=Path(kubeconfig) if kubeconfig else None,
+            registry=metrics.registry,
+            scheduler=memo.loop_config.scheduler,
+        )
+        memo.api_task = asyncio.create_task(
+            serve(create_app(settings), "0.0.0.0", memo.api_port), name="heterotrain HTTP API"
+        )
 
 
 @kopf.on.cleanup()
 async def stop_loop(memo: kopf.Memo, **_: Any) -> None:
-    task = getattr(memo, "loop_task", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    for task in (getattr(memo, "loop_task", None), getattr(memo, "api_task", None)):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     client = getattr(memo, "client", None)
     if client is not None:
         await client.close()

@@ -28,6 +28,7 @@ class OperatorOptions:
     verbose: bool = False
     checkpoint_grace_seconds: float = 30.0
     prometheus_url: str | None = None
+    api_port: int = 0
     watch_timeout_seconds: int = 60
     loop: LoopConfig = field(default_factory=LoopConfig)
 
@@ -81,6 +82,7 @@ def run(options: OperatorOptions) -> None:
         ),
         loop_config=options.loop_config(),
         metrics_port=options.metrics_port,
+        api_port=options.api_port,
         rebalancer=RebalancerSettings(options.prometheus_url.rstrip("/")) if options.prometheus_url else None,
     )
 
