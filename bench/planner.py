@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks_md import replace_section
 from hetero_operator.planner.batch import ClusterModel, WorkerModel, optimal_split, predict_iteration_time
 from hetero_operator.planner.dreamddp import schedule
 from hetero_operator.planner.pipeline import Gpu, Layer, Link, Links, partition_pipeline
@@ -124,16 +124,6 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Planner\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
@@ -142,7 +132,7 @@ def main() -> None:
     result = bench(repeats=5 if args.quick else 50)
     print(json.dumps(result, indent=2))
     if args.markdown:
-        write_section(args.markdown, markdown(result))
+        replace_section(markdown(result), args.markdown)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import random
 import statistics
 import time
 from dataclasses import replace
-from pathlib import Path
 
+from benchmarks_md import replace_section
 from hetero_operator.resources import AllocationPolicy, Strategy
 from hetero_operator.scheduler import (
     GPUClassInfo,
@@ -155,19 +155,6 @@ def report(results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace this benchmark's section in BENCHMARKS.md, or append it; other sections stay."""
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in existing:
-        start = existing.index(SECTION)
-        following = existing.find("\n## ", start + len(SECTION))
-        end = len(existing) if following == -1 else following + 1
-        updated = existing[:start] + text + existing[end:]
-    else:
-        updated = existing.rstrip("\n") + "\n\n" + text
-    path.write_text(updated)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=12)
@@ -176,7 +163,7 @@ def main() -> None:
     text = report({name: run(args.cycles, *scenario) for name, scenario in SCENARIOS.items()})
     print(text)
     if args.write:
-        write_section(text, Path(__file__).resolve().parents[1] / "BENCHMARKS.md")
+        replace_section(text)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import kubernetes
 
+from benchmarks_md import replace_section
 from hetero_operator import metric_names
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
@@ -322,19 +323,6 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace this benchmark's section in BENCHMARKS.md, or append it; other sections stay."""
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in existing:
-        start = existing.index(SECTION)
-        following = existing.find("\n## ", start + len(SECTION))
-        rest = existing[following + 1 :] if following != -1 else ""
-        existing = existing[:start] + text + ("\n" + rest if rest else "")
-    else:
-        existing = existing.rstrip("\n") + "\n\n" + text
-    path.write_text(existing)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -349,7 +337,7 @@ def main() -> None:
     text = render([result])
     print(text)
     if args.write:
-        write_section(text, REPO / "BENCHMARKS.md")
+        replace_section(text)
 
 
 if __name__ == "__main__":

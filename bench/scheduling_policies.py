@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks_md import replace_section
 from hetero_operator.simulator.cluster import Cluster, load_cluster
 from hetero_operator.simulator.engine import SimulationResult, simulate
 from hetero_operator.simulator.policies import POLICIES, make_policy
@@ -176,19 +177,6 @@ def report(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace this benchmark's section in BENCHMARKS.md, or append it; other sections stay."""
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in existing:
-        start = existing.index(SECTION)
-        following = existing.find("\n## ", start + len(SECTION))
-        end = len(existing) if following == -1 else following + 1
-        updated = existing[:start] + text + existing[end:]
-    else:
-        updated = existing.rstrip("\n") + "\n\n" + text
-    path.write_text(updated)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 64-GPU case alone")
@@ -209,7 +197,7 @@ def main() -> None:
     document["total_seconds"] = time.perf_counter() - started
     print(json.dumps(document, indent=2))
     if args.write:
-        write_section(report(document), ROOT / "BENCHMARKS.md")
+        replace_section(report(document))
 
 
 if __name__ == "__main__":

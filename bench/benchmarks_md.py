@@ -1,0 +1,21 @@
+"""BENCHMARKS.md is shared by every benchmark: each one replaces its own `## ` section only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+
+
+def replace_section(text: str, path: Path = BENCHMARKS_MD) -> None:
+    """Put `text` (starting with its `## heading` line) in place of that section, or append it."""
+    heading = text.splitlines()[0]
+    existing = path.read_text() if path.exists() else "# Benchmarks\n"
+    if heading in existing:
+        start = existing.index(heading)
+        following = existing.find("\n## ", start + len(heading))
+        rest = existing[following + 1 :] if following != -1 else ""
+        updated = existing[:start] + text.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
+    else:
+        updated = existing.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    path.write_text(updated)
