@@ -27,7 +27,8 @@ from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import FakeNode, NodeList
 
 
-@pytest.fixture(scope="session")
+# Module scope: its GPU classes and nodes are gone before other folders' tests share the test bed.
+@pytest.fixture(scope="module")
 def api_bed(testbed: Testbed) -> Iterator[ApiBed]:
     prefix = f"api-{uuid.uuid4().hex[:6]}"
     namespace = f"{prefix}-team"
@@ -64,8 +65,9 @@ def api_bed(testbed: Testbed) -> Iterator[ApiBed]:
         yield bed
     finally:
         testbed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        testbed.kubectl(
-            "delete",
+        # One object per call: a single missing object must not keep the others (which other tests
+        # would see in the shared test bed) from being deleted.
+        for obj in (
             f"clusterrole/{prefix}-gpuclass-reader",
             f"clusterrolebinding/{prefix}-gpuclass-reader",
             f"gpuclass/{fast}",
@@ -73,12 +75,11 @@ def api_bed(testbed: Testbed) -> Iterator[ApiBed]:
             f"gpuclass/{local_class}",
             f"node/{prefix}-fast-0",
             f"node/{prefix}-slow-0",
-            "--wait=false",
-            check=False,
-        )
+        ):
+            testbed.kubectl("delete", obj, "--ignore-not-found", "--wait=true", "--timeout=30s", check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def api_url(api_bed: ApiBed) -> Iterator[str]:
     """The API served over real HTTP by `serve()`, in a thread with its own event loop."""
     with serving(create_app(ApiSettings(kubeconfig=api_bed.testbed.kubeconfig))) as url:

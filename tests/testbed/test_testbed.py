@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,9 +13,10 @@ import pytest
 import yaml
 
 from hetero_operator.testbed.cluster import LOCAL_SPEED_SCALE, Testbed
-from hetero_operator.testbed.nodes import GPU_RESOURCE, FakeNode, NodeList
+from hetero_operator.testbed.nodes import GPU_RESOURCE, FakeNode, NodeList, load_node_list
 
 pytestmark = pytest.mark.testbed
+EXAMPLE_NODES = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
 
 
 def _eventually(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.3) -> Any:
@@ -38,8 +40,11 @@ def test_api_server_reports_the_pinned_version(testbed: Testbed) -> None:
 
 
 def test_fake_nodes_are_ready_with_gpu_capacity(testbed: Testbed) -> None:
-    nodes = _get(testbed, "nodes", "-l", "type=kwok")["items"]
-    assert len(nodes) >= 6
+    example = {n.name for n in load_node_list(EXAMPLE_NODES).nodes}
+    nodes = [
+        n for n in _get(testbed, "nodes", "-l", "type=kwok")["items"] if n["metadata"]["name"] in example
+    ]
+    assert len(nodes) == len(example) == 6
     for node in nodes:
         assert node["status"]["capacity"][GPU_RESOURCE] == "4"
         assert node["status"]["allocatable"][GPU_RESOURCE] == "4"
