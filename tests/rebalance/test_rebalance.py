@@ -278,3 +278,25 @@ def test_a_model_that_misjudges_the_measured_step_is_not_trusted() -> None:
         ),
     )
     assert decide(first.plan, history, policy(min_improvement=0.0), slow, 3).stage == "inverse_time"
+
+
+def _measured_at(plan: Plan, step_seconds: float) -> JobMeasurements:
+    return JobMeasurements(
+        plan.version, 3, tuple(WorkerMeasurement(r, 10, 0.1, 0.05, 0.01, step_seconds) for r in range(3))
+    )
+
+
+def test_a_rebalance_that_measured_slower_is_undone_and_the_split_settles() -> None:
+    from hetero_operator.rebalance.decide import confirm
+
+    later = EVEN.model_copy(update={"version": 2, "local_batches": [80, 40, 20]})
+    # Measured faster by a clear margin: keep rebalancing.
+    assert confirm(later, _measured_at(later, 0.10), EVEN, _measured_at(EVEN, 0.20), 0.05, 4) is None
+    # About the same: converged, no new plan.
+    same = confirm(later, _measured_at(later, 0.199), EVEN, _measured_at(EVEN, 0.20), 0.05, 4)
+    assert same is not None and same.plan is None and same.stage == "converged"
+    # Slower: back to the previous split as a new version.
+    back = confirm(later, _measured_at(later, 0.25), EVEN, _measured_at(EVEN, 0.20), 0.05, 4)
+    assert back is not None and back.plan is not None
+    assert back.plan.version == 3 and back.plan.local_batches == EVEN.local_batches
+    assert back.plan.apply_at_epoch == 4

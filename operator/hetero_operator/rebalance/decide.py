@@ -206,3 +206,40 @@ def decide(
     return RebalanceDecision(
         plan, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
     )
+
+
+def confirm(
+    current: Plan,
+    measured: JobMeasurements,
+    previous: Plan,
+    previous_measured: JobMeasurements,
+    min_improvement: float,
+    apply_at_epoch: int,
+) -> RebalanceDecision | None:
+    """Check the last rebalance against measurement, not prediction.
+
+    None: it paid off, keep rebalancing. Otherwise a final decision: go back to the previous split
+    when the new one measured slower, or stay (converged) when it measured about the same. Either
+    way no later prediction moves the split again, so the job never drifts on modelling noise."""
+    now = current.global_batch / measured_iteration_seconds(measured)
+    before = previous.global_batch / measured_iteration_seconds(previous_measured)
+    measured_s = measured_iteration_seconds(measured)
+    if now >= before * (1 + min_improvement / 2):
+        return None
+    if now >= before:
+        reason = f"converged: v{current.version} measured {now / before - 1:+.1%} against v{previous.version}"
+        return RebalanceDecision(None, reason, "converged", measured_s)
+    plan = current.model_copy(
+        update={
+            "version": current.version + 1,
+            "apply_at_epoch": apply_at_epoch,
+            "global_batch": previous.global_batch,
+            "local_batches": list(previous.local_batches),
+            "learning_rate_scale": previous.learning_rate_scale,
+            "predicted_iteration_seconds": measured_iteration_seconds(previous_measured),
+        }
+    )
+    reason = f"back to v{previous.version}'s split: v{current.version} measured {now / before - 1:+.1%}"
+    return RebalanceDecision(
+        plan, reason, "converged", measured_s, measured_s, measured_iteration_seconds(previous_measured)
+    )

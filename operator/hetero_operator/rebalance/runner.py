@@ -19,7 +19,7 @@ from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import LrScaling, PerfSample
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.decide import BatchPolicy, RebalanceDecision, decide, record
+from hetero_operator.rebalance.decide import BatchPolicy, RebalanceDecision, confirm, decide, record
 from hetero_operator.rebalance.measurements import (
     JobMeasurements,
     MetricsUnavailable,
@@ -60,6 +60,7 @@ class JobMemory:
     plans: dict[int, Plan] = field(default_factory=dict)
     epoch_started: dict[int, float] = field(default_factory=dict)  # epoch -> monotonic time first seen
     last_decided_version: int = 0
+    converged: bool = False  # the last rebalance did not pay off as measured: keep the split
 
 
 def _now() -> str:
@@ -168,9 +169,19 @@ class Rebalancer:
             w["gpuClass"]
             for w in sorted((status.get("allocation") or {}).get("workers") or [], key=lambda w: w["rank"])
         ]
-        decision = decide(
-            plan, history, policy_of(spec, plan.world_size, classes), measured, measured.epoch + 1
-        )
+        if memory.converged:
+            return None
+        policy = policy_of(spec, plan.world_size, classes)
+        decision = None
+        previous = memory.plans.get(plan.version - 1)
+        previous_measured = memory.measured.get(plan.version - 1)
+        if previous is not None and previous_measured is not None and not policy.adaptive:
+            decision = confirm(
+                plan, measured, previous, previous_measured, policy.min_improvement, measured.epoch + 1
+            )
+            memory.converged = decision is not None
+        if decision is None:
+            decision = decide(plan, history, policy, measured, measured.epoch + 1)
         memory.last_decided_version = plan.version
         await self._publish(namespace, name, status_path, status, plan, decision)
         return decision
