@@ -24,7 +24,7 @@ from hetero_operator.controller.lifecycle import (
     set_condition,
     validated,
 )
-from hetero_operator.controller.scheduling_loop import status_patch
+from hetero_operator.controller.scheduling_loop import arrival_times, status_patch
 from hetero_operator.resources import HeteroTrainJobStatus, Phase, Progress
 
 NOW = 1_800_000_000.0
@@ -236,3 +236,32 @@ def test_gpus_used_by_others_count_foreign_pods_and_pods_beyond_an_allocation() 
     assert snapshot.jobs[0].current is not None and snapshot.jobs[0].current.total_gpus == 2
     # The same pods without the job in the snapshot all count as someone else's.
     assert {n.name: n.gpus_used_by_others for n in build_snapshot(view, [], NOW).nodes} == {"a": 4, "b": 0}
+
+
+def test_queueing_stamps_the_arrival_once() -> None:
+    first = queued(job(), NOW + 0.123456)
+    assert first.queued_at is not None and first.queued_at.timestamp() == NOW + 0.123456
+    again = queued(job(first), NOW + 50)  # re-validated later: the place in the queue is kept
+    assert again.queued_at == first.queued_at
+
+
+def test_jobs_first_seen_together_arrive_in_creation_order() -> None:
+    # Same creationTimestamp second; the later creation has the higher resourceVersion.
+    later = JobFacts("team", "a-later", "uid-a", "120", NOW, False, job())
+    earlier = JobFacts("team", "z-earlier", "uid-z", "99", NOW, False, job())
+    older = JobFacts("team", "m-older", "uid-m", "500", NOW - 1, False, job())
+    known = JobFacts("team", "known", "uid-k", "7", NOW - 9, False, job(queued(job(), NOW - 9)))
+    arrivals = arrival_times([later, earlier, older, known], NOW + 5)
+    assert "team/known" not in arrivals  # already queued: keeps its stamp
+    order = sorted(arrivals, key=arrivals.__getitem__)
+    assert order == ["team/m-older", "team/z-earlier", "team/a-later"]
+
+
+def test_the_snapshot_orders_by_arrival_not_by_creation_second() -> None:
+    head_status = queued(job(), NOW + 0.2)
+    greedy_status = queued(job(), NOW + 0.7)
+    head = JobFacts("team", "head", "uid-h", "10", NOW, False, job(head_status))
+    greedy = JobFacts("team", "greedy", "uid-g", "11", NOW, False, job(greedy_status))
+    head_request = job_request(head, job(head_status), head_status, holding=False)
+    greedy_request = job_request(greedy, job(greedy_status), greedy_status, holding=False)
+    assert head_request.created_at < greedy_request.created_at

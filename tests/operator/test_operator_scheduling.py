@@ -109,9 +109,8 @@ def test_preemption_checkpoints_the_lower_priority_job_first(operator: OperatorP
     assert preemptions and float(preemptions[0].split()[-1]) >= 1
 
 
-# Open bug: on the live operator `greedy` (2 GPUs) is sometimes placed although the queued head needs
-# them; the pure scheduler's property tests hold. Deselected from `make test` until fixed.
-@pytest.mark.known_bug
+# `head` and `greedy` are created within the same second, and "greedy" sorts first by name: the
+# queue order must come from arrival (status.queuedAt), not creationTimestamp's whole seconds.
 def test_backfill_never_delays_the_head_of_the_queue(operator: OperatorProcess, jobs: Jobs) -> None:
     jobs.apply(jobs.manifest("running", gpus=6, gpuClasses=["fast"]))
     jobs.wait_phase("running", "Running")

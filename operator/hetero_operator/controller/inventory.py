@@ -160,7 +160,8 @@ def job_request(
         gpus_min=spec.gpus.min,
         gpus_max=spec.gpus.max,
         global_batch=spec.batch.global_batch,
-        created_at=facts.created_at,
+        # Arrival order: when the operator queued it (microseconds), else creation (whole seconds).
+        created_at=status.queued_at.timestamp() if status.queued_at is not None else facts.created_at,
         queue=spec.queue,
         priority=spec.priority,
         allowed_classes=tuple(spec.gpu_classes),
@@ -215,3 +216,33 @@ def build_snapshot(view: ClusterView, requests: Iterable[JobRequest], now: float
         for c in view.classes.values()
     )
     return Snapshot(classes=classes, nodes=tuple(nodes), jobs=jobs, now=now)
+
+
+# --- GPU capacity, for the operator's gauges -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassCapacity:
+    """GPUs of one class on Ready, schedulable nodes, and how many of them no live pod requests."""
+
+    total: int = 0
+    free: int = 0
+
+
+def gpu_capacity(view: ClusterView) -> dict[str, ClassCapacity]:
+    """Capacity per GPUClass; every class is listed, so a class without usable nodes reads 0."""
+    requested: Counter[str] = Counter()
+    for pod in view.all_pods():
+        if pod.live and pod.node is not None and pod.node in view.node_class:
+            resource = view.classes[view.node_class[pod.node]].resource_name
+            requested[pod.node] += pod.resources.get(resource, 0)
+    total: Counter[str] = Counter()
+    free: Counter[str] = Counter()
+    for name, gpu_class in view.node_class.items():
+        node = view.nodes[name]
+        if not view.schedulable(node):
+            continue
+        gpus = node.allocatable.get(view.classes[gpu_class].resource_name, 0)
+        total[gpu_class] += gpus
+        free[gpu_class] += max(0, gpus - requested[name])
+    return {name: ClassCapacity(total[name], free[name]) for name in view.classes}

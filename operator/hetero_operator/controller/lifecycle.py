@@ -152,7 +152,10 @@ def queued(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
     """A freshly validated job."""
     status = job.status or HeteroTrainJobStatus()
     status = set_condition(status, ConditionType.VALID, True, "Validated", "the spec is valid", now)
-    return status.model_copy(update={"phase": Phase.QUEUED, "observed_generation": job.generation})
+    arrival = status.queued_at or datetime.fromtimestamp(now, UTC)
+    return status.model_copy(
+        update={"phase": Phase.QUEUED, "observed_generation": job.generation, "queued_at": arrival}
+    )
 
 
 def validated(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:

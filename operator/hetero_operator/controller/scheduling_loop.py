@@ -104,6 +104,26 @@ def status_patch(old: HeteroTrainJobStatus, new: HeteroTrainJobStatus) -> dict[s
     return patch
 
 
+def arrival_times(jobs: Iterable[JobFacts], now: float) -> dict[str, float]:
+    """When each job seen for the first time in this cycle joins its queue: ``now`` plus a microsecond
+    per job in creation order. creationTimestamp has whole seconds, so within a second the creating
+    write's resourceVersion (etcd's global revision) tells which came first."""
+    new = [
+        f
+        for f in jobs
+        if f.model is not None and (f.model.status is None or f.model.status.queued_at is None)
+    ]
+    new.sort(key=lambda f: (f.created_at, _revision(f.resource_version), f.key))
+    return {facts.key: now + index * 1e-6 for index, facts in enumerate(new)}
+
+
+def _revision(resource_version: str) -> int:
+    try:
+        return int(resource_version)
+    except ValueError:
+        return 0
+
+
 def _newer(candidate: str, than: str) -> bool:
     """resourceVersions from one etcd are increasing integers; anything else counts as not newer."""
     try:
@@ -243,6 +263,7 @@ class SchedulingLoop:
         view = self._view()
         work: dict[str, _Work] = {}
         invalid_jobs: list[tuple[JobFacts, list[str]]] = []
+        arrivals = arrival_times(view.jobs.values(), now)
         for key, facts in sorted(view.jobs.items()):
             if facts.deleting:
                 continue
@@ -253,7 +274,7 @@ class SchedulingLoop:
                 invalid_jobs.append((facts, problems))
                 continue
             original = job
-            checked = validated(job, now)
+            checked = validated(job, arrivals.get(key, now))
             if checked != _status_of(job):
                 job = job.model_copy(update={"status": checked})
             observation = Observation(

@@ -196,6 +196,11 @@ class HeteroTrainJobStatus(WireModel):
         description=f"The last {MAX_REBALANCE_HISTORY} plan changes, oldest first.",
     )
     restarts: int = Field(default=0, ge=0, description="Restarts so far.")
+    queued_at: datetime | None = Field(
+        default=None,
+        description="When the operator first queued the job, to the microsecond: the arrival order within "
+        "a queue (creationTimestamp has whole seconds only).",
+    )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec the status reflects."
     )
