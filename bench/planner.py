@@ -21,6 +21,7 @@ from benchmarks_md import replace_section
 from hetero_operator.planner.batch import ClusterModel, WorkerModel, optimal_split, predict_iteration_time
 from hetero_operator.planner.dreamddp import schedule
 from hetero_operator.planner.pipeline import Gpu, Layer, Link, Links, partition_pipeline
+from progress import Steps, steps
 
 LINKS = Links(same_node=Link(0.01, 10.0), cross_node=Link(0.5, 3.0))
 
@@ -58,55 +59,66 @@ def random_layers(n: int, rng: np.random.Generator) -> list[Layer]:
     ]
 
 
-def batch_cases(cl: ClusterModel, repeats: int) -> list[dict[str, Any]]:
+BATCH_SIZES = (8, 64, 1000)
+CASES = 3 * len(BATCH_SIZES) + 3
+
+
+def timed(progress: Steps, case: str, fn: Callable[[], object], repeats: int) -> dict[str, Any]:
+    progress.doing(case)
+    result = {"case": case, "median_ms": median_ms(fn, repeats)}
+    progress.done(case)
+    return result
+
+
+def batch_cases(cl: ClusterModel, repeats: int, progress: Steps) -> list[dict[str, Any]]:
     n, total = cl.size, 64 * cl.size
     split = optimal_split(cl, total)
     return [
-        {
-            "case": f"batch ClusterModel build, {n} workers",
-            "median_ms": median_ms(lambda: ClusterModel(cl.workers, cl.t_o, cl.t_u), repeats),
-        },
-        {
-            "case": f"batch optimal_split, {n} workers",
-            "median_ms": median_ms(lambda: optimal_split(cl, total), repeats),
-        },
-        {
-            "case": f"batch predict_iteration_time, {n} workers",
-            "median_ms": median_ms(lambda: predict_iteration_time(cl, split.local_batches), repeats),
-        },
+        timed(
+            progress,
+            f"batch ClusterModel build, {n} workers",
+            lambda: ClusterModel(cl.workers, cl.t_o, cl.t_u),
+            repeats,
+        ),
+        timed(progress, f"batch optimal_split, {n} workers", lambda: optimal_split(cl, total), repeats),
+        timed(
+            progress,
+            f"batch predict_iteration_time, {n} workers",
+            lambda: predict_iteration_time(cl, split.local_batches),
+            repeats,
+        ),
     ]
 
 
-def bench(repeats: int) -> dict[str, Any]:
+def bench(repeats: int, progress: Steps) -> dict[str, Any]:
     rng = np.random.default_rng(2024)
     out: dict[str, Any] = {"repeats": repeats, "python": platform.python_version(), "results": []}
-    for n in (8, 64, 1000):
-        out["results"].extend(batch_cases(random_cluster(n, rng), repeats))
+    for n in BATCH_SIZES:
+        out["results"].extend(batch_cases(random_cluster(n, rng), repeats, progress))
     layers = random_layers(64, rng)
     four = [Gpu(f"g{i}", s, 20000.0, f"node{i % 2}") for i, s in enumerate([1.0, 0.8, 0.5, 0.3])]
     out["results"].append(
-        {
-            "case": "pipeline 64 layers x 4 GPUs (24 orders, pruned search)",
-            "median_ms": median_ms(lambda: partition_pipeline(layers, four, 4, LINKS), max(1, repeats // 5)),
-        }
+        timed(
+            progress,
+            "pipeline 64 layers x 4 GPUs (24 orders, pruned search)",
+            lambda: partition_pipeline(layers, four, 4, LINKS),
+            max(1, repeats // 5),
+        )
     )
     classes = [("a100", 1.0, 40000.0, 3), ("v100", 0.6, 16000.0, 3), ("t4", 0.3, 16000.0, 2)]
     eight = [Gpu(f"{c}-{j}", s, m, f"node-{c}") for c, s, m, count in classes for j in range(count)]
     out["results"].append(
-        {
-            "case": "pipeline 64 layers x 8 GPUs, 3 classes (560 distinct orders, pruned search)",
-            "median_ms": median_ms(
-                lambda: partition_pipeline(layers, eight, 4, LINKS), max(1, repeats // 10)
-            ),
-        }
+        timed(
+            progress,
+            "pipeline 64 layers x 8 GPUs, 3 classes (560 distinct orders, pruned search)",
+            lambda: partition_pipeline(layers, eight, 4, LINKS),
+            max(1, repeats // 10),
+        )
     )
     bp = list(rng.uniform(0.5, 5.0, 100))
     comm = list(rng.uniform(0.5, 8.0, 100))
     out["results"].append(
-        {
-            "case": "dreamddp 100 layers, H=8",
-            "median_ms": median_ms(lambda: schedule(8, 20.0, bp, comm), repeats),
-        }
+        timed(progress, "dreamddp 100 layers, H=8", lambda: schedule(8, 20.0, bp, comm), repeats)
     )
     return out
 
@@ -129,7 +141,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     parser.add_argument("--markdown", type=Path, help="write the '## Planner' section of this file")
     args = parser.parse_args()
-    result = bench(repeats=5 if args.quick else 50)
+    with steps("planner cases", CASES) as progress:
+        result = bench(repeats=5 if args.quick else 50, progress=progress)
     print(json.dumps(result, indent=2))
     if args.markdown:
         replace_section(markdown(result), args.markdown)

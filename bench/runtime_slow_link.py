@@ -23,6 +23,7 @@ from typing import Any
 
 from hetero_operator.plan import Strategy
 from hetero_runtime.local import LocalJob, LocalJobSpec, initial_plan
+from progress import steps
 
 WORKERS = 4
 SUBNET = "10.231.7"
@@ -126,9 +127,15 @@ def main() -> None:
     epochs = 3 if args.quick else 6
     strategies = [Strategy.DATA, Strategy.DREAMDDP, Strategy.ESYNC, Strategy.SESGD]
     results: dict[str, Any] = {"workers": WORKERS, "link_rate": args.rate, "epochs": epochs}
-    with slow_network(WORKERS, args.rate) as namespaces, tempfile.TemporaryDirectory() as tmp:
+    with (
+        slow_network(WORKERS, args.rate) as namespaces,
+        tempfile.TemporaryDirectory() as tmp,
+        steps("strategies over the slow link", len(strategies)) as progress,
+    ):
         for strategy in strategies:
+            progress.doing(strategy.value)
             results[strategy.value] = run_strategy(strategy, namespaces, epochs, Path(tmp) / strategy.value)
+            progress.done()
     base = results[Strategy.DATA.value]["epoch_seconds"]
     for strategy in strategies[1:]:
         results[strategy.value]["speedup_vs_data"] = base / results[strategy.value]["epoch_seconds"]

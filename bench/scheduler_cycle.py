@@ -27,6 +27,7 @@ from hetero_operator.scheduler import (
     clear_prediction_caches,
     schedule,
 )
+from progress import Steps, steps
 
 CLASSES = (
     GPUClassInfo("a100", 2.0, 80, cost_weight=4.0),
@@ -91,8 +92,13 @@ SCENARIOS = {
 }
 
 
-def run(cycles: int, running_jobs: int, any_class: bool) -> dict[str, object]:
-    snapshots = [build_snapshot(seed, running_jobs, any_class) for seed in range(cycles)]
+def run(cycles: int, running_jobs: int, any_class: bool, progress: Steps) -> dict[str, object]:
+    """One scenario: `cycles` snapshots built, then one cold and one warm cycle on each (3 x `cycles`
+    progress steps)."""
+    snapshots = []
+    for seed in range(cycles):
+        snapshots.append(build_snapshot(seed, running_jobs, any_class))
+        progress.done()
     cold, warm = [], []
     outcome = None
     for snapshot in snapshots:
@@ -100,10 +106,12 @@ def run(cycles: int, running_jobs: int, any_class: bool) -> dict[str, object]:
         started = time.perf_counter()
         outcome = schedule(snapshot)
         cold.append(time.perf_counter() - started)
+        progress.done()
     for snapshot in snapshots:
         started = time.perf_counter()
         schedule(snapshot)
         warm.append(time.perf_counter() - started)
+        progress.done()
     assert outcome is not None
     last = snapshots[-1]
     running_gpus = sum(j.current.total_gpus for j in last.jobs if j.current is not None)
@@ -160,7 +168,12 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=12)
     parser.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
     args = parser.parse_args()
-    text = report({name: run(args.cycles, *scenario) for name, scenario in SCENARIOS.items()})
+    results = {}
+    with steps("scheduler cycles", 3 * args.cycles * len(SCENARIOS)) as progress:
+        for name, (running_jobs, any_class) in SCENARIOS.items():
+            progress.doing(name)
+            results[name] = run(args.cycles, running_jobs, any_class, progress)
+    text = report(results)
     print(text)
     if args.write:
         replace_section(text)

@@ -31,6 +31,7 @@ from hetero_operator import metric_names
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import FakeNode, NodeList, node_manifest
+from progress import steps
 
 CLASSES = {"a100": 1.0, "l4": 0.7, "v100": 0.5, "t4": 0.25}
 GPUS_PER_NODE = 8
@@ -177,17 +178,21 @@ def memory_kib(pid: int, field: str) -> int:
 def run(
     node_count: int, job_count: int, profile_to: Path | None = None, keep_log: Path | None = None
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="heterotrain-scale-") as tmp:
+    """Progress (set-up steps, then jobs placed) goes to stderr; stdout carries only the report."""
+    with (
+        tempfile.TemporaryDirectory(prefix="heterotrain-scale-") as tmp,
+        steps("jobs placed", job_count) as progress,
+    ):
         bed = Testbed(Path(tmp) / "testbed")
         started = time.monotonic()
         operator = None
         try:
-            bed.up(None, on_step=lambda msg: print(f"  test bed: {msg}", flush=True))
+            bed.up(None, on_step=lambda msg: progress.doing(f"test bed: {msg}"))
             api = kubernetes.config.new_client_from_config(str(bed.kubeconfig))
             custom = kubernetes.client.CustomObjectsApi(api)
             core = kubernetes.client.CoreV1Api(api)
             create_nodes(core, nodes(node_count))
-            print(f"test bed with {node_count} nodes up in {time.monotonic() - started:.0f} s", flush=True)
+            progress.doing(f"test bed with {node_count} nodes up in {time.monotonic() - started:.0f} s")
             bed.apply_objects(gpu_classes())
             for team in range(4):
                 bed.kubectl("create", "namespace", f"team-{team}")
@@ -205,7 +210,7 @@ def run(
             t0 = time.monotonic()
             create_all(custom, manifests)
             created = time.monotonic() - t0
-            print(f"{job_count} jobs created in {created:.1f} s", flush=True)
+            progress.doing(f"{job_count} jobs created in {created:.1f} s")
 
             done = 0
             while done < job_count and time.monotonic() - t0 < 600:
@@ -218,10 +223,7 @@ def run(
                     key = f"{item['metadata']['namespace']}/{item['metadata']['name']}"
                     if allocation.get("workers") and counts[key] >= allocation["totalGpus"]:
                         done += 1
-                print(
-                    f"  {time.monotonic() - t0:5.1f} s: {done} jobs placed, {sum(counts.values())} pods",
-                    flush=True,
-                )
+                progress.reached(done, f"{sum(counts.values())} pods")
                 time.sleep(0.5)
             elapsed = time.monotonic() - t0
             metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -250,7 +252,7 @@ def run(
                     line for line in log_file.read_text().splitlines() if "WARNING" in line or "ERROR" in line
                 ]
                 for line in problems[:20]:
-                    print(f"  operator: {line}", flush=True)
+                    print(f"  operator: {line}", file=sys.stderr, flush=True)
             if operator is not None:
                 operator.terminate()
                 try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from hetero_operator.simulator.policies import POLICIES, make_policy
 from hetero_operator.simulator.report import summarize, write_plots
 from hetero_operator.simulator.trace import generate_trace
 from hetero_operator.simulator.validation import compare_runtime_benchmark
+from progress import Steps, steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Scheduling policies"
@@ -57,15 +57,16 @@ def capacity(cluster: Cluster) -> float:
     return sum(n.gpus_allocatable * cluster.class_info(n.gpu_class).relative_speed for n in cluster.nodes)
 
 
-def run_scenario(scenario: Scenario, plots: Path | None) -> dict[str, Any]:
+def run_scenario(scenario: Scenario, plots: Path | None, progress: Steps) -> dict[str, Any]:
     cluster = load_cluster(ROOT / "examples" / "sim" / scenario.cluster_file)
     trace = generate_trace(
         scenario.seed, scenario.jobs, capacity(cluster), scenario.load, max_gpus=scenario.max_gpus
     )
     results: list[SimulationResult] = []
     for name in POLICIES:
-        print(f"  {scenario.name}: {name} ...", file=sys.stderr, flush=True)
+        progress.doing(f"{scenario.name}: {name}")
         results.append(simulate(cluster, trace, make_policy(name)))
+        progress.done()
     summaries = {r.policy: summarize(r) for r in results}
     if plots is not None:
         slug = scenario.name.split(",")[0].lower().replace(" ", "").replace("-gpu", "gpu")
@@ -191,7 +192,8 @@ def main() -> None:
     started = time.perf_counter()
     plots = ROOT / "bench" / "plots" if args.write else None
     scenarios = [s for s in SCENARIOS if s.quick or not args.quick]
-    document: dict[str, Any] = {"scenarios": [run_scenario(s, plots) for s in scenarios]}
+    with steps("simulations", len(scenarios) * len(POLICIES)) as progress:
+        document: dict[str, Any] = {"scenarios": [run_scenario(s, plots, progress) for s in scenarios]}
     if args.runtime_json.exists():
         document["runtime_validation"] = runtime_check(args.runtime_json)
     document["total_seconds"] = time.perf_counter() - started

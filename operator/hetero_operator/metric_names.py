@@ -97,3 +97,12 @@ API_REQUESTS = "heterotrain_api_requests"
 """Counter per route (path template), method and status code: requests to the operator's HTTP API."""
 API_REQUEST_SECONDS = "heterotrain_api_request_seconds"
 """Histogram per route and method: time to answer one API request."""
+
+# --- Operator: GPU inventory and plans --------------------------------------------------------------
+OPERATOR_GPUS_CAPACITY = "heterotrain_operator_gpus_capacity"
+"""Gauge per GPU class (label gpu_class): GPUs on Ready, schedulable nodes of the class."""
+OPERATOR_GPUS_FREE = "heterotrain_operator_gpus_free"
+"""Gauge per GPU class: of the capacity, GPUs no live pod requests."""
+JOB_PREDICTED_STEP_SECONDS = "heterotrain_job_predicted_step_seconds"
+"""Gauge per job (labels namespace, heterotrain_job, plan_version): the planner's predicted time of one
+global step under the plan in effect; only the current plan version's series is kept."""

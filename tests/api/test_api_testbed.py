@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 from typing import Any
@@ -14,6 +15,8 @@ from api_cases import job_spec, two_class_pool
 from prometheus_client import CollectorRegistry, Counter
 
 from hetero_operator.api import ApiSettings, ApiStartError, create_app, serve
+from hetero_operator.api.health import OperatorChecks
+from hetero_operator.api.kube import KubeConnection
 
 pytestmark = pytest.mark.testbed
 
@@ -29,7 +32,7 @@ def _post(url: str, body: dict[str, Any], token: str | None = None) -> httpx.Res
 
 
 def test_probes_and_metrics_need_no_token(api_url: str) -> None:
-    assert _get(f"{api_url}/healthz").json() == {"status": "ok"}
+    assert _get(f"{api_url}/healthz").json() == {"status": "ok", "checks": {"eventLoop": "ok"}}
     ready = _get(f"{api_url}/readyz")
     assert ready.status_code == 200 and ready.json() == {"ready": True, "checks": {"kubernetes": "ok"}}
     _get(f"{api_url}/api/v1/pools")  # one refused request, to be counted
@@ -182,15 +185,57 @@ def test_tokens_never_reach_the_logs(api_bed: ApiBed, api_url: str, caplog: pyte
     assert token not in caplog.text and "forged-token-value" not in caplog.text
 
 
-def test_readiness_waits_for_the_host_and_metrics_share_its_registry(api_bed: ApiBed) -> None:
+def _ended_task() -> asyncio.Task[None]:
+    """A task that has ended with an error, as a crashed scheduling loop would."""
+
+    async def crash() -> None:
+        raise RuntimeError("the scheduling loop crashed")
+
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(crash())
+        loop.run_until_complete(asyncio.wait([task]))
+    finally:
+        loop.close()
+    return task
+
+
+def test_probes_follow_the_host_and_metrics_share_its_registry(api_bed: ApiBed) -> None:
     registry = CollectorRegistry()
     Counter("host_operator_cycles", "A metric the host process owns.", registry=registry).inc(3)
-    settings = ApiSettings(kubeconfig=api_bed.testbed.kubeconfig, registry=registry, readiness=lambda: False)
+    cycles = [0]
+    tasks: dict[str, asyncio.Task[None] | None] = {}
+    host = OperatorChecks(cycles=lambda: cycles[0], tasks=lambda: tasks)
+    settings = ApiSettings(kubeconfig=api_bed.testbed.kubeconfig, registry=registry, host=host)
     with serving(create_app(settings)) as url:
         ready = _get(f"{url}/readyz")
         assert ready.status_code == 503
-        assert ready.json() == {"ready": False, "checks": {"kubernetes": "ok", "operator": "not ready yet"}}
+        waiting = "waiting for the kopf indexes to sync (no scheduling cycle yet)"
+        assert ready.json() == {"ready": False, "checks": {"kubernetes": "ok", "inventory": waiting}}
+        cycles[0] = 1
+        synced = {"kubernetes": "ok", "inventory": "ok"}
+        assert _get(f"{url}/readyz").json() == {"ready": True, "checks": synced}
+        tasks["schedulingLoop"] = _ended_task()
+        alive = _get(f"{url}/healthz")
+        assert alive.status_code == 503
+        failing = {"eventLoop": "ok", "schedulingLoop": "ended: RuntimeError('the scheduling loop crashed')"}
+        assert alive.json() == {"status": "failing", "checks": failing}
         assert "host_operator_cycles_total 3.0" in _get(f"{url}/metrics").text
+
+
+def test_readyz_names_an_unreachable_api_server(api_bed: ApiBed) -> None:
+    """A real connection refused: the API server's address with a port nothing listens on."""
+    connection = KubeConnection.discover(api_bed.testbed.kubeconfig, None)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    gone = dataclasses.replace(connection, server=f"https://127.0.0.1:{port}")
+    with serving(create_app(ApiSettings(connection=gone))) as url:
+        ready = _get(f"{url}/readyz")
+        assert ready.status_code == 503
+        body = ready.json()
+        assert body["ready"] is False and body["checks"]["kubernetes"] != "ok"
+        assert _get(f"{url}/healthz").status_code == 200, "an unreachable API server is no reason to restart"
 
 
 def test_serve_reports_a_port_it_cannot_take(api_bed: ApiBed) -> None:

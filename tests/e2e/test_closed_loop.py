@@ -12,10 +12,15 @@ from typing import Any
 import httpx
 import pytest
 from rich.console import Console
+from tests.operator.live import account_kubeconfig, chart_service_account
 
 from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
 from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
 from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.nodes import load_node_list
+from hetero_operator.testbed.versions import REPO_ROOT
+
+DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -25,9 +30,22 @@ def loop_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """A test bed of its own: three local process nodes and no fake nodes the job could land on."""
     bed = Testbed(tmp_path_factory.mktemp("loop-bed"))
     try:
+        bed.up(load_node_list(DEMO_NODES))
         yield bed
     finally:
         bed.down()
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(loop_bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The operator runs with the chart's ServiceAccount (cluster-wide RBAC) and nothing more."""
+    root = tmp_path_factory.mktemp("loop-operator")
+    with chart_service_account(loop_bed, root / "helm") as account:
+        yield account_kubeconfig(loop_bed, account, root / "operator.kubeconfig")
+
+
+def settings_for(output: Path, kubeconfig: Path) -> DemoSettings:
+    return DemoSettings(output=output, operator_kubeconfig=kubeconfig)
 
 
 def _query(prometheus: str, expr: str) -> list[Any]:
@@ -40,7 +58,9 @@ def _condition(state: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (state.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
-def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(loop_bed: Testbed, tmp_path: Path) -> None:
+def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(
+    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
     empty_panels: dict[str, list[str]] = {}
     checked: list[bool] = []
 
@@ -55,7 +75,9 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(loop_bed: Testbed, 
                 if not _query(loop_bed.prometheus_url, runnable):
                     empty_panels.setdefault(file, []).append(runnable)
 
-    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, demo_job(), check_dashboards)
+    report = run_demo(
+        settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, demo_job(), check_dashboards
+    )
 
     assert report["phase"] == "Succeeded"
     assert report["final_accuracy"] >= 0.9
@@ -81,7 +103,9 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(loop_bed: Testbed, 
     assert (tmp_path / "report.json").exists() and (tmp_path / "throughput.png").exists()
 
 
-def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(loop_bed: Testbed, tmp_path: Path) -> None:
+def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(
+    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
     job = demo_job()
     job["metadata"]["name"] = "outage"
     seen: dict[str, float] = {}
@@ -101,7 +125,7 @@ def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(loop_bed: Test
             loop_bed.start_component("prometheus")
             seen["restarted"] = time.time()
 
-    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, job, outage)
+    report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, outage)
 
     assert report["phase"] == "Succeeded"
     assert "unavailable" in seen, "the condition said Prometheus was unavailable"
@@ -111,7 +135,9 @@ def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(loop_bed: Test
     assert _condition({"status": report["status"]}, "MetricsAvailable")["status"] == "True"  # type: ignore[index]
 
 
-def test_adaptive_total_batch_changes_within_bounds(loop_bed: Testbed, tmp_path: Path) -> None:
+def test_adaptive_total_batch_changes_within_bounds(
+    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
     job = copy.deepcopy(demo_job())
     job["metadata"]["name"] = "adaptive"
     job["spec"]["batch"] = {"global": 1024, "min": 256, "max": 2048, "adaptive": True}
@@ -122,7 +148,7 @@ def test_adaptive_total_batch_changes_within_bounds(loop_bed: Testbed, tmp_path:
         if plan.get("globalBatch"):
             totals.add(int(plan["globalBatch"]))
 
-    report = run_demo(DemoSettings(output=tmp_path), Console(), loop_bed, job, watch)
+    report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, watch)
 
     assert report["phase"] == "Succeeded"
     assert len(totals) >= 2, f"the total batch never changed: {totals}"

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.operator.live import REPO, TOLERATE_KWOK, Jobs, OperatorProcess
+from tests.operator.live import (
+    REPO,
+    TOLERATE_KWOK,
+    ChartAccount,
+    Jobs,
+    OperatorProcess,
+    account_kubeconfig,
+    chart_service_account,
+)
 
 from hetero_operator.testbed.cluster import Testbed
 
@@ -26,19 +34,33 @@ def gpu_classes(testbed: Testbed) -> None:
     testbed.apply_objects(gpu_classes_tolerating_kwok())
 
 
+@pytest.fixture(scope="session")
+def chart_account(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChartAccount]:
+    """The chart's ServiceAccount and cluster-wide RBAC: the operator's only rights in these tests."""
+    with chart_service_account(testbed, tmp_path_factory.mktemp("helm")) as account:
+        yield account
+
+
 @pytest.fixture(scope="module")
 def operator(
-    testbed: Testbed, gpu_classes: None, tmp_path_factory: pytest.TempPathFactory
+    testbed: Testbed, gpu_classes: None, chart_account: ChartAccount, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """One operator per test module (tests clean up their jobs, so they can share it)."""
-    log = Path(tmp_path_factory.mktemp("operator")) / "operator.log"
-    process = OperatorProcess(testbed, log)
+    """One operator per test module (tests clean up their jobs, so they can share it), running as the
+    chart's ServiceAccount, so every test also proves the chart grants enough and no more is needed."""
+    directory = Path(tmp_path_factory.mktemp("operator"))
+    kubeconfig = account_kubeconfig(testbed, chart_account, directory / "operator.kubeconfig")
+    log = directory / "operator.log"
+    process = OperatorProcess(testbed, log, kubeconfig=kubeconfig)
     process.start()
     try:
         yield process
     finally:
         process.stop()
         print(f"--- operator log ({log}) ---\n{process.tail(60)}")
+    refused = [
+        line for line in log.read_text(errors="replace").splitlines() if "Forbidden" in line or " 403" in line
+    ]
+    assert not refused, f"the chart's ServiceAccount was refused: {refused[:5]}"
 
 
 @pytest.fixture

@@ -10,11 +10,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from tests.ship.cluster_helpers import service_account_kubeconfig
+from tests.ship.helm_chart import CHART, helm
 
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
@@ -43,13 +48,70 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
         time.sleep(interval)
 
 
+@dataclass(frozen=True)
+class ChartAccount:
+    """The chart's ServiceAccount, installed with the chart's RBAC: the operator's rights in a cluster."""
+
+    namespace: str
+    name: str
+    cluster_role: str
+
+
+@contextmanager
+def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount]:
+    """The chart installed in cluster-wide RBAC mode into a namespace of its own, with nothing but its
+    ServiceAccount and RBAC (no CRDs, classes, dashboards or operator pod): uninstalled afterwards."""
+    release = f"ht-{uuid.uuid4().hex[:6]}"
+    namespace = f"heterotrain-{release}"
+    values = {
+        "replicaCount": 0,
+        "crds": {"enabled": False},
+        "gpuClasses": {"enabled": False},
+        "dashboards": {"enabled": False},
+        "watchNamespaces": [],
+    }
+    kubeconfig = str(testbed.kubeconfig)
+    testbed.kubectl("create", "namespace", namespace)
+    helm(
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--kubeconfig",
+        kubeconfig,
+        "-f",
+        "-",
+        home=home,
+        input=yaml.safe_dump(values),
+    )
+    fullname = f"{release}-heterotrain"
+    try:
+        yield ChartAccount(namespace, fullname, f"{fullname}-cluster")
+    finally:
+        helm("uninstall", release, "-n", namespace, "--kubeconfig", kubeconfig, home=home, check=False)
+        testbed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def account_kubeconfig(testbed: Testbed, account: ChartAccount, path: Path) -> Path:
+    """A kubeconfig with a fresh token of the chart's ServiceAccount (valid for an hour)."""
+    return service_account_kubeconfig(testbed, account.namespace, account.name, path)
+
+
 class OperatorProcess:
-    """`heterotrain operator` as a child process against the test bed."""
+    """`heterotrain operator` as a child process against the test bed (as `kubeconfig`'s user: the
+    test bed's admin unless given, e.g. the chart's ServiceAccount)."""
 
     def __init__(
-        self, testbed: Testbed, log: Path, grace_seconds: float = 2.0, extra_args: tuple[str, ...] = ()
+        self,
+        testbed: Testbed,
+        log: Path,
+        grace_seconds: float = 2.0,
+        extra_args: tuple[str, ...] = (),
+        kubeconfig: Path | None = None,
     ) -> None:
         self.testbed = testbed
+        self.kubeconfig = kubeconfig or testbed.kubeconfig
         self.extra_args = extra_args
         self.log = log
         self.grace_seconds = grace_seconds
@@ -62,7 +124,7 @@ class OperatorProcess:
             "-m",
             "hetero_operator.cli.operator",
             "--kubeconfig",
-            str(self.testbed.kubeconfig),
+            str(self.kubeconfig),
             "--metrics-port",
             str(self.metrics_port),
             "--checkpoint-grace",

@@ -82,16 +82,17 @@ def test_preemption_checkpoints_the_lower_priority_job_first(operator: OperatorP
     jobs.apply(jobs.manifest("low", gpus=8, gpuClasses=["fast"], priority=0))
     jobs.wait_phase("low", "Running")
     jobs.apply(jobs.manifest("urgent", gpus=4, gpuClasses=["fast"], priority=10))
-    asked = wait_for(
-        lambda: [
+
+    def asked() -> list[dict]:
+        return [
             p
             for p in jobs.pods("low")
             if names.CHECKPOINT_REQUESTED_ANNOTATION in p["metadata"].get("annotations", {})
-        ],
-        20,
-        "the low-priority workers to be asked for a checkpoint",
-    )
-    assert len(asked) == 8
+        ]
+
+    # The requests go out together; wait for all eight, then check nobody else was asked.
+    wait_for(lambda: len(asked()) == 8, 20, "all 8 low-priority workers to be asked for a checkpoint")
+    assert len(asked()) == 8
     draining = jobs.condition("low", "Draining")
     assert (
         draining is not None

@@ -104,6 +104,7 @@ _ENDPOINT = {
         "path": {"type": "string", "pattern": "^/"},
         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
         "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "honorLabels": {"type": "boolean"},
     },
     "additionalProperties": False,
 }

@@ -87,7 +87,7 @@ def chart_release(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[
 
 @pytest.fixture
 def operator_log(testbed: Testbed, chart_release: str, tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """`heterotrain operator` as the chart's ServiceAccount; yields its log and metrics port."""
+    """`heterotrain operator` as the chart's ServiceAccount; yields its log and API port."""
     namespace = chart_release
     kubeconfig = service_account_kubeconfig(testbed, namespace, ACCOUNT, tmp_path / "sa.kubeconfig")
     log = tmp_path / "operator.log"
@@ -101,6 +101,8 @@ def operator_log(testbed: Testbed, chart_release: str, tmp_path: Path) -> Iterat
         "--namespace",
         namespace,
         "--metrics-port",
+        str(free_port()),
+        "--api-port",
         str(port),
     ]
     with log.open("wb") as out:
@@ -115,6 +117,26 @@ def operator_log(testbed: Testbed, chart_release: str, tmp_path: Path) -> Iterat
             process.kill()
             process.wait(timeout=5)
         print(f"--- operator log ({log}) ---\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def _probes(testbed: Testbed, namespace: str) -> dict[str, str]:
+    """The probe paths of the chart's Deployment; both must be on the port the API listens on."""
+    deployment = get_json(testbed, "deployment", f"{RELEASE}-heterotrain", "-n", namespace)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    api_port = next(p for p in container["ports"] if p["name"] == "api")["containerPort"]
+    assert f"--api-port={api_port}" in container["args"]
+    paths = {}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "api", probe
+        paths[probe] = str(container[probe]["httpGet"]["path"])
+    return paths
+
+
+def _answers(url: str) -> int:
+    try:
+        return httpx.get(url, timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
 
 
 def test_operator_under_the_chart_service_account_runs_a_job_to_success(
@@ -136,6 +158,17 @@ def test_operator_under_the_chart_service_account_runs_a_job_to_success(
         ]
         return pods
 
+    # The chart's probes, as the API server stored its Deployment, answer on the API port once the
+    # operator has synced (the job cannot run before its first scheduling cycle anyway).
+    probes = _probes(testbed, namespace)
+    api = f"http://127.0.0.1:{port}"
+    ready_url, alive_url = api + probes["readinessProbe"], api + probes["livenessProbe"]
+    wait_until(lambda: _answers(ready_url) == 200, "the operator to be ready", timeout=60)
+    ready = httpx.get(ready_url, timeout=5).json()
+    assert ready == {"ready": True, "checks": {"kubernetes": "ok", "inventory": "ok"}}
+    alive = httpx.get(alive_url, timeout=5).json()
+    assert alive == {"status": "ok", "checks": {"eventLoop": "ok", "schedulingLoop": "ok"}}
+
     wait_until(lambda: status().get("phase") == "Running", "the job to run", timeout=90)
     pods = workers()
     assert pods and all(p["status"]["phase"] == "Running" for p in pods)
@@ -147,8 +180,7 @@ def test_operator_under_the_chart_service_account_runs_a_job_to_success(
     )
     wait_until(lambda: status().get("phase") == "Succeeded", "the job to succeed", timeout=90)
 
-    # The probe path of the chart answers on the metrics port.
-    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    assert _answers(alive_url) == 200
 
     # Deleting the job runs the operator's finalizer, which needs its delete permissions.
     testbed.kubectl("delete", "heterotrainjob", name, "-n", namespace, "--timeout=60s")

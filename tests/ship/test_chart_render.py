@@ -31,6 +31,7 @@ TOGGLES: dict[str, dict[str, Any]] = {
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
     "ha-namespaced": {"replicaCount": 2, "watchNamespaces": ["team-a", "team-b"]},
     "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "rebalancing": {"prometheus": {"url": "http://prometheus.monitoring:9090"}},
     "pod-monitor": {"podMonitor": {"enabled": True}},
     "pod-monitor-namespaced": {"podMonitor": {"enabled": True}, "watchNamespaces": ["team-a"]},
     "no-dashboards": {"dashboards": {"enabled": False}},
@@ -143,10 +144,17 @@ def test_operator_runs_locked_down(rendered: dict[str, list[Manifest]]) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     main = container(rendered["defaults"])
     assert {"cpu", "memory"} <= set(main["resources"]["requests"])
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert main[probe]["httpGet"]["port"] == "metrics"
-        assert main[probe]["httpGet"]["path"].startswith("/")
+    # The probes ask the operator's HTTP API, whose /healthz and /readyz check the operator itself.
+    assert "--api-port=8443" in main["args"]
+    assert {p["name"]: p["containerPort"] for p in main["ports"]}["api"] == 8443
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "api"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "api"}
     assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+
+
+def test_a_prometheus_url_turns_rebalancing_on(rendered: dict[str, list[Manifest]]) -> None:
+    assert "--prometheus-url=http://prometheus.monitoring:9090" in container(rendered["rebalancing"])["args"]
+    assert not any(a.startswith("--prometheus-url") for a in container(rendered["defaults"])["args"])
 
 
 def test_more_than_one_replica_elects_a_leader_through_kopf_peering(
@@ -266,6 +274,8 @@ def test_monitors_select_the_operator_service_and_the_worker_pods(
     assert selected.items() <= service["metadata"]["labels"].items()
     assert service_monitor["metadata"]["labels"]["release"] == "prom"
     assert service_monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # Per-job operator series carry the job's namespace; the target's own must not rename it.
+    assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True
     pod_monitor = one(rendered["pod-monitor"], "PodMonitor")
     # The launcher labels every worker pod so, and names its metrics port "metrics".
     assert pod_monitor["spec"]["selector"]["matchLabels"] == {

@@ -9,6 +9,7 @@ Kubernetes RBAC already does. Reads use the operator's own credentials once the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from hetero_operator.api.access import KubernetesAccess, Permission
 from hetero_operator.api.cluster import live_snapshot, read_view
 from hetero_operator.api.dependencies import AccessDep, CallerDep, KubeDep, authorize
 from hetero_operator.api.examples import WHAT_IF_EXAMPLES
+from hetero_operator.api.health import Check, Heartbeat, details, passed
 from hetero_operator.api.jobs import job_detail, job_summary
 from hetero_operator.api.kube import KubeReader, KubeReadError
 from hetero_operator.api.metrics import ApiMetrics
@@ -76,12 +78,20 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     connection = settings.kube_connection()
     metrics = ApiMetrics(settings.registry)
 
+    heartbeat = Heartbeat(max_stall_seconds=settings.max_event_loop_stall_seconds)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with KubeReader(connection, timeout=settings.request_timeout_seconds) as kube:
-            app.state.kube = kube
-            app.state.access = KubernetesAccess(kube)
-            yield
+        beating = asyncio.create_task(heartbeat.run(), name="API event-loop heartbeat")
+        try:
+            async with KubeReader(connection, timeout=settings.request_timeout_seconds) as kube:
+                app.state.kube = kube
+                app.state.access = KubernetesAccess(kube)
+                yield
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
 
     app = FastAPI(
         title="heterotrain operator API",
@@ -111,17 +121,29 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         detail = f"the cluster's state cannot be planned against right now: {error}"
         return JSONResponse(status_code=503, content=Problem(detail=detail).model_dump())
 
-    _probes(app, settings)
+    _probes(app, settings, heartbeat)
     _pools_and_jobs(app)
     _what_if(app, settings)
     return app
 
 
-def _probes(app: FastAPI, settings: ApiSettings) -> None:
-    @app.get("/healthz", response_model=Health, tags=["probes"])
-    async def healthz() -> Health:
-        """Liveness: the process answers."""
-        return Health()
+def _probes(app: FastAPI, settings: ApiSettings, heartbeat: Heartbeat) -> None:
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        tags=["probes"],
+        responses={503: {"model": Health, "description": "Failing; `checks` says why."}},
+    )
+    async def healthz() -> Any:
+        """Liveness: the event loop serving the API runs its heartbeat, and the host's long-running
+        tasks (the operator's scheduling loop) are still running."""
+        checks = {"eventLoop": heartbeat.check()}
+        if settings.host is not None:
+            checks.update(settings.host.liveness())
+        body = Health(status="ok" if passed(checks) else "failing", checks=details(checks))
+        if passed(checks):
+            return body
+        return JSONResponse(status_code=503, content=body.model_dump(by_alias=True))
 
     @app.get(
         "/readyz",
@@ -130,16 +152,12 @@ def _probes(app: FastAPI, settings: ApiSettings) -> None:
         responses={503: {"model": Readiness, "description": "Not ready; `checks` says why."}},
     )
     async def readyz(kube: KubeDep) -> Any:
-        """Readiness: the Kubernetes API answers (and the host process, if it registered a check)."""
-        checks: dict[str, str] = {}
-        try:
-            await kube.version()
-            checks["kubernetes"] = "ok"
-        except KubeReadError as error:
-            checks["kubernetes"] = str(error)
-        if settings.readiness is not None:
-            checks["operator"] = "ok" if settings.readiness() else "not ready yet"
-        body = Readiness(ready=all(v == "ok" for v in checks.values()), checks=checks)
+        """Readiness: the Kubernetes API server answers, and the host is ready (the operator: its kopf
+        indexes have synced, or it stands by for another replica)."""
+        checks = {"kubernetes": await _api_server_check(kube, settings.probe_timeout_seconds)}
+        if settings.host is not None:
+            checks.update(settings.host.readiness())
+        body = Readiness(ready=passed(checks), checks=details(checks))
         if body.ready:
             return body
         return JSONResponse(status_code=503, content=body.model_dump(by_alias=True))
@@ -155,6 +173,16 @@ def _probes(app: FastAPI, settings: ApiSettings) -> None:
     async def metrics_text() -> PlainTextResponse:
         """Prometheus text exposition of the operator's registry."""
         return PlainTextResponse(generate_latest(settings.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _api_server_check(kube: KubeReader, timeout: float) -> Check:
+    try:
+        await asyncio.wait_for(kube.version(), timeout)
+    except KubeReadError as error:
+        return Check(False, str(error))
+    except TimeoutError:
+        return Check(False, f"the Kubernetes API server did not answer within {timeout:.0f} s")
+    return Check(True)
 
 
 def _pools_and_jobs(app: FastAPI) -> None:

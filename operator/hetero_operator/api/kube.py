@@ -60,8 +60,10 @@ class KubeConnection:
             verify = context
 
         def authorization() -> str | None:
-            # Calls the refresh hook, so rotated service-account tokens are picked up.
-            value = configuration.get_api_key_with_prefix("authorization")
+            # Calls the refresh hook, so rotated service-account tokens are picked up. The kubernetes
+            # client keeps a token under "BearerToken" (older releases: "authorization"), as its own
+            # auth_settings() reads it.
+            value = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
             return str(value) if value else None
 
         return cls(server=str(configuration.host).rstrip("/"), verify=verify, authorization=authorization)

@@ -43,7 +43,8 @@ class Problem(ApiModel):
 
 
 class Health(ApiModel):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "failing"] = Field(description="'ok' when every check passes.")
+    checks: dict[str, str] = Field(description="Each check and its outcome ('ok' or why not).")
 
 
 class Readiness(ApiModel):

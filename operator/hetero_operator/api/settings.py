@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from hetero_operator.api.health import DEFAULT_MAX_STALL_SECONDS, HostChecks
 from hetero_operator.api.kube import KubeConnection
 from hetero_operator.scheduler import SchedulerConfig
 
@@ -16,15 +16,19 @@ from hetero_operator.scheduler import SchedulerConfig
 class ApiSettings:
     """``kubeconfig``/``context`` (or, inside a pod, the service account) give the credentials the API
     reads with, unless ``connection`` is passed. ``registry`` is served on /metrics and receives the
-    API's own request metrics (the operator passes its registry). ``readiness`` lets the host process
-    hold /readyz until it is ready itself. ``scheduler`` must be the operator's scheduler settings so a
-    what-if answers exactly as the operator would."""
+    API's own request metrics (the operator passes its registry). ``host`` adds the host process's
+    own checks to /healthz and /readyz; ``max_event_loop_stall_seconds`` is how long the serving event
+    loop may go without running its heartbeat before /healthz fails. ``probe_timeout_seconds`` bounds
+    the API server call /readyz makes (shorter than a probe's timeout). ``scheduler`` must be the
+    operator's scheduler settings so a what-if answers exactly as the operator would."""
 
     kubeconfig: Path | None = None
     context: str | None = None
     connection: KubeConnection | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    readiness: Callable[[], bool] | None = None
+    host: HostChecks | None = None
+    max_event_loop_stall_seconds: float = DEFAULT_MAX_STALL_SECONDS
+    probe_timeout_seconds: float = 3.0
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     request_timeout_seconds: float = 15.0
 

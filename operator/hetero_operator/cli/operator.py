@@ -30,6 +30,23 @@ def operator_command(
             "--peering", help="kopf peering name for HA (needs the KopfPeering CRDs). Default: standalone."
         ),
     ] = None,
+    peering_priority: Annotated[
+        int | None,
+        typer.Option(
+            "--peering-priority",
+            help="This replica's peering priority (highest acts). Default: from the start time, so the "
+            "oldest replica acts and replicas never share a priority (kopf pauses every replica on a tie).",
+        ),
+    ] = None,
+    peering_lifetime: Annotated[
+        int,
+        typer.Option(
+            "--peering-lifetime",
+            min=1,
+            help="Seconds a replica's peering entry lives without renewal: the longest a standby waits "
+            "before it takes over from a replica that died.",
+        ),
+    ] = 60,
     checkpoint_grace: Annotated[
         float,
         typer.Option(
@@ -59,6 +76,8 @@ def operator_command(
             namespaces=tuple(namespace or ()),
             metrics_port=metrics_port,
             peering=peering,
+            peering_priority=peering_priority,
+            peering_lifetime_seconds=peering_lifetime,
             verbose=verbose,
             checkpoint_grace_seconds=checkpoint_grace,
             prometheus_url=prometheus_url,

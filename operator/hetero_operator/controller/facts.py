@@ -187,6 +187,7 @@ class JobFacts:
     model: HeteroTrainJob | None
     problems: tuple[str, ...] = ()
     phase: str | None = None
+    finalizers: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -217,4 +218,5 @@ class JobFacts:
             model=model,
             problems=problems,
             phase=(body.get("status") or {}).get("phase"),
+            finalizers=tuple(metadata.get("finalizers") or ()),
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,13 @@ import kopf
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.controller.k8s import KubeClient
-from hetero_operator.controller.lifecycle import invalid
 from hetero_operator.controller.metrics import OperatorMetrics
+from hetero_operator.controller.peering import Leadership, PeeringConfig
 from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
-from hetero_operator.controller.validation import parse_job
 from hetero_operator.resources import (
     GROUP,
     VERSION,
     GPUClass,
-    HeteroTrainJobStatus,
     InvalidResourceError,
 )
 
@@ -96,56 +93,10 @@ async def node_deleted(memo: kopf.Memo, **_: Any) -> None:
     _wake(memo)
 
 
-# --- job validation ------------------------------------------------------------------------------
-
-
-def _validate(body: kopf.Body, patch: kopf.Patch, now: float, memo: kopf.Memo) -> None:
-    """Invalid specs get Valid=False at once, naming the field; valid ones are queued by the
-    scheduling loop (the one writer of a valid job's phase), which this wakes."""
-    _, problems = parse_job(dict(body))
-    if problems:
-        message = "; ".join(problems)
-        try:
-            status = HeteroTrainJobStatus.model_validate(body.get("status") or {})
-        except ValueError:
-            status = HeteroTrainJobStatus()
-        patch.status.update(_invalid(status, message, now))
-        kopf.warn(body, reason="InvalidSpec", message=message)
-    _wake(memo)
-
-
-def _invalid(status: HeteroTrainJobStatus, message: str, now: float) -> dict[str, Any]:
-    return invalid(status, [message], now).to_wire()
-
-
-@kopf.on.create(*JOBS)
-async def job_created(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _validate(body, patch, time.time(), memo)
-
-
-@kopf.on.resume(*JOBS)
-async def job_resumed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    if not (body.get("status") or {}).get("phase"):
-        _validate(body, patch, time.time(), memo)
-
-
-@kopf.on.update(*JOBS, field="spec")
-async def job_spec_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _validate(body, patch, time.time(), memo)
-
-
-@kopf.on.field(*JOBS, field="spec.suspend")
-async def suspend_changed(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
-    kopf.info(body, reason="SuspendChanged", message=f"spec.suspend is now {bool(new)}")
-    _wake(memo)
-
-
-@kopf.on.delete(*JOBS)
-async def job_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """Remove the workers and everything else the job owns (the garbage collector would too, later)."""
-    assert namespace is not None
-    loop: SchedulingLoop = memo.loop
-    await loop.delete_job_objects(namespace, name)
+# --- jobs ---------------------------------------------------------------------------------------
+# No change handlers on jobs: the scheduling loop validates every job it sees (Valid=False naming the
+# field, and an InvalidSpec event), owns the cleanup finalizer and removes a deleted job's objects.
+# kopf change handlers would cost a diff of every job event and several patches per job.
 
 
 # --- operator start and stop ---------------------------------------------------------------------
@@ -167,10 +118,16 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     indexes = {name: kwargs[name] for name in INDEX_NAMES}
     loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
     memo.client, memo.metrics, memo.loop = client, metrics, loop
-    memo.loop_task = asyncio.create_task(loop.run(), name="heterotrain scheduling loop")
+    peering: PeeringConfig | None = getattr(memo, "peering", None)
+    # With peering, the loop runs only on the active replica: kopf pauses its own handlers on a
+    # standby, but not tasks the operator starts itself.
+    leadership = Leadership(client, peering) if peering is not None else None
+    work = loop.run() if leadership is None else leadership.run_while_active(loop.run, loop.trigger)
+    memo.loop_task = asyncio.create_task(work, name="heterotrain scheduling loop")
     if getattr(memo, "api_port", 0):
         # The HTTP API runs in the operator's own event loop and serves the operator's metrics too.
         from hetero_operator.api import create_app
+        from hetero_operator.api.health import OperatorChecks
         from hetero_operator.api.server import serve
         from hetero_operator.api.settings import ApiSettings
 
@@ -179,6 +136,11 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
             kubeconfig=Path(kubeconfig) if kubeconfig else None,
             registry=metrics.registry,
             scheduler=memo.loop_config.scheduler,
+            host=OperatorChecks(
+                cycles=lambda: loop.cycles,
+                tasks=lambda: {"schedulingLoop": getattr(memo, "loop_task", None)},
+                standby=lambda: leadership is not None and not leadership.active,
+            ),
         )
         memo.api_task = asyncio.create_task(
             serve(create_app(settings), "0.0.0.0", memo.api_port), name="heterotrain HTTP API"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from hetero_operator.resources import GROUP, VERSION
 CORE = "/api/v1"
 HETEROTRAIN = f"/apis/{GROUP}/{VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 COMPONENT = "heterotrain-operator"
 
 PLURALS = {
@@ -94,7 +95,7 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         accept: tuple[int, ...] = (),
@@ -136,6 +137,19 @@ class KubeClient:
         """JSON merge patch; None if the object is gone."""
         status, body = await self._send("PATCH", path, body=patch, content_type=MERGE_PATCH, accept=(404,))
         return None if status == 404 else dict(body)
+
+    async def remove_finalizer(self, path: str, finalizers: Sequence[str], finalizer: str) -> None:
+        """Take `finalizer` off the object, only if the list is still the one we saw (a JSON patch test),
+        so another controller's finalizer added meanwhile is never dropped; 404/422 mean someone was
+        quicker, and the next cycle looks again."""
+        if finalizer not in finalizers:
+            return
+        index = list(finalizers).index(finalizer)
+        ops = [
+            {"op": "test", "path": "/metadata/finalizers", "value": list(finalizers)},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        await self._send("PATCH", path, body=ops, content_type=JSON_PATCH, accept=(404, 422))
 
     async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
         """Delete; False if it was already gone."""

@@ -243,7 +243,8 @@ def reconcile(seen: Observation, config: LifecycleConfig) -> Step:
         return Step(status)
     pods = seen.pods
     if phase in TERMINAL_PHASES:
-        return Step(status, delete_pods=_names(p for p in pods if p.live and not p.deleting))
+        leftovers = [p for p in pods if p.live and not p.deleting] + _stale(pods, status)
+        return Step(status, delete_pods=_names({p.name: p for p in leftovers}.values()))
     if phase is Phase.SUSPENDED:
         return _suspended(seen, status)
     allocation = status.allocation
@@ -273,9 +274,11 @@ def _current(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> dict[str
     return {p.name: p for p in pods if p.generation == allocation.generation}
 
 
-def _stale_live(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> list[PodFacts]:
+def _stale(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> list[PodFacts]:
+    """Pods of earlier generations, finished ones too: a restart deletes its old generation after
+    writing the new one, and an operator killed in between must not leave those pods for good."""
     generation = status.allocation.generation if status.allocation is not None else None
-    return [p for p in pods if p.live and not p.deleting and p.generation != generation]
+    return [p for p in pods if not p.deleting and p.generation != generation]
 
 
 def _event(kind: str, reason: str, message: str) -> JobEvent:
@@ -401,7 +404,7 @@ def _starting_or_running(seen: Observation, status: HeteroTrainJobStatus) -> Ste
     allocation = status.allocation
     assert allocation is not None
     now = seen.now
-    stale = _names(_stale_live(seen.pods, status))
+    stale = _names(_stale(seen.pods, status))
     current = _current(seen.pods, status)
     expected = [names.pod_name(seen.job.name, allocation.generation, w.rank) for w in allocation.workers]
     failed = [current[n] for n in expected if n in current and current[n].phase == "Failed"]

@@ -6,17 +6,25 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import kopf
 
-from hetero_operator.controller import handlers, names, rebalancing
+from hetero_operator.controller import capacity, handlers, names, rebalancing
 from hetero_operator.controller.k8s import connection_info
 from hetero_operator.controller.lifecycle import LifecycleConfig
+from hetero_operator.controller.peering import (
+    DEFAULT_LIFETIME_SECONDS,
+    PeeringConfig,
+    own_identity,
+    start_priority,
+)
 from hetero_operator.controller.scheduling_loop import LoopConfig
 from hetero_operator.rebalance.runner import RebalancerSettings
 
-assert handlers and rebalancing  # importing the modules registers the handlers and indexes with kopf
+# Importing the modules registers the handlers and indexes with kopf.
+assert handlers and rebalancing and capacity
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,8 @@ class OperatorOptions:
     namespaces: tuple[str, ...] = ()
     metrics_port: int = 0
     peering: str | None = None
+    peering_priority: int | None = None  # None: from the start time, older replicas first
+    peering_lifetime_seconds: int = DEFAULT_LIFETIME_SECONDS
     verbose: bool = False
     checkpoint_grace_seconds: float = 30.0
     prometheus_url: str | None = None
@@ -43,11 +53,26 @@ class OperatorOptions:
             launch=self.loop.launch,
         )
 
+    def peering_config(self, started: datetime) -> PeeringConfig | None:
+        """This replica's place in the peering object; None when it runs alone."""
+        if self.peering is None:
+            return None
+        priority = self.peering_priority if self.peering_priority is not None else start_priority(started)
+        return PeeringConfig(
+            name=self.peering,
+            identity=own_identity(),
+            priority=priority,
+            lifetime_seconds=self.peering_lifetime_seconds,
+            namespaces=self.namespaces,
+        )
 
-def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
-    """kopf settings: our finalizer, bookkeeping in annotations (the status schema is strict and
+
+def configure(
+    settings: kopf.OperatorSettings, options: OperatorOptions, peering: PeeringConfig | None = None
+) -> None:
+    """kopf settings: its finalizer (for daemons), bookkeeping in annotations (the status schema is strict and
     would prune kopf's own fields), short watch timeouts so lost connections heal quickly."""
-    settings.persistence.finalizer = names.FINALIZER
+    settings.persistence.finalizer = names.DAEMON_FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=names.GROUP, key="last-handled-configuration"
@@ -58,11 +83,13 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.scanning.disabled = True
-    settings.peering.standalone = options.peering is None
-    if options.peering is not None:
-        settings.peering.name = options.peering
+    settings.peering.standalone = peering is None
+    if peering is not None:
+        settings.peering.name = peering.name
         settings.peering.mandatory = True
-        settings.peering.clusterwide = not options.namespaces
+        settings.peering.clusterwide = not peering.namespaces
+        settings.peering.priority = peering.priority
+        settings.peering.lifetime = peering.lifetime_seconds
 
 
 def run(options: OperatorOptions) -> None:
@@ -76,6 +103,7 @@ def run(options: OperatorOptions) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if options.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(options.kubeconfig)
+    peering = options.peering_config(datetime.now(UTC))
     memo = kopf.Memo(
         connection=connection_info(
             kubeconfig_first=options.kubeconfig is not None or "KUBECONFIG" in os.environ
@@ -84,18 +112,21 @@ def run(options: OperatorOptions) -> None:
         metrics_port=options.metrics_port,
         api_port=options.api_port,
         rebalancer=RebalancerSettings(options.prometheus_url.rstrip("/")) if options.prometheus_url else None,
+        peering=peering,
     )
 
     @kopf.on.startup()
     def _configure(settings: kopf.OperatorSettings, **_: object) -> None:
-        configure(settings, options)
+        configure(settings, options, peering)
 
     asyncio.run(
         kopf.operator(
             clusterwide=not options.namespaces,
             namespaces=list(options.namespaces),
-            standalone=options.peering is None,
-            peering_name=options.peering,
+            standalone=peering is None,
+            peering_name=peering.name if peering else None,
+            priority=peering.priority if peering else None,
+            identity=peering.identity if peering else None,  # type: ignore[arg-type]  # a str NewType
             memo=memo,
         )
     )

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from hetero_operator import metric_names as names
+from hetero_operator.controller.inventory import ClassCapacity
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 PLACEMENT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -44,6 +45,25 @@ class OperatorMetrics:
         self.preemptions = Counter(names.OPERATOR_PREEMPTIONS, "Jobs stopped to make room.", registry=r)
         self.restarts = Counter(names.OPERATOR_RESTARTS, "Worker-group restarts after failures.", registry=r)
         self.placements = Counter(names.OPERATOR_PLACEMENTS, "Jobs placed.", registry=r)
+        self.gpus_capacity = Gauge(
+            names.OPERATOR_GPUS_CAPACITY,
+            "GPUs on Ready, schedulable nodes.",
+            [names.LABEL_GPU_CLASS],
+            registry=r,
+        )
+        self.gpus_free = Gauge(
+            names.OPERATOR_GPUS_FREE,
+            "GPUs on Ready, schedulable nodes that no live pod requests.",
+            [names.LABEL_GPU_CLASS],
+            registry=r,
+        )
+        self.predicted_step_seconds = Gauge(
+            names.JOB_PREDICTED_STEP_SECONDS,
+            "The planner's predicted time of one global step under the plan in effect.",
+            [names.LABEL_NAMESPACE, names.LABEL_JOB, names.LABEL_PLAN_VERSION],
+            registry=r,
+        )
+        self._plan_versions: dict[tuple[str, str], str] = {}
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
@@ -57,6 +77,29 @@ class OperatorMetrics:
 
     def set_gpus_allocated(self, counts: Mapping[str, int]) -> None:
         _set_all(self.gpus_allocated, counts)
+
+    def set_gpu_capacity(self, capacity: Mapping[str, ClassCapacity]) -> None:
+        _set_all(self.gpus_capacity, {name: c.total for name, c in capacity.items()})
+        _set_all(self.gpus_free, {name: c.free for name, c in capacity.items()})
+
+    def set_predicted_step(self, namespace: str, job: str, plan_version: int, seconds: float | None) -> None:
+        """The prediction of the job's plan in effect. The previous version's series is removed, so a
+        job has one series at a time and a graph of it steps from version to version. A plan without
+        a prediction leaves the job without a series rather than with a made-up value."""
+        version = str(plan_version)
+        known = seconds is not None and seconds > 0
+        if self._plan_versions.get((namespace, job)) != version or not known:
+            self.forget_job(namespace, job)
+        if seconds is None or not known:
+            return
+        self.predicted_step_seconds.labels(namespace, job, version).set(seconds)
+        self._plan_versions[(namespace, job)] = version
+
+    def forget_job(self, namespace: str, job: str) -> None:
+        """Drop a job's prediction (it stopped running)."""
+        version = self._plan_versions.pop((namespace, job), None)
+        if version is not None:
+            self.predicted_step_seconds.remove(namespace, job, version)
 
 
 DEFAULT_QUEUE = "default"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 GROUP = "heterotrain.io"
-FINALIZER = f"{GROUP}/cleanup"
+FINALIZER = f"{GROUP}/cleanup"  # the scheduling loop's: a deleted job's objects go first
+# kopf's own, while a job's rebalancing daemon runs (kopf stops the daemon before a deletion ends).
+DAEMON_FINALIZER = f"{GROUP}/rebalancer"
 
 LABEL_JOB = f"{GROUP}/job"
 LABEL_RANK = f"{GROUP}/rank"

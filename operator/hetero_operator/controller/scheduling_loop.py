@@ -1,9 +1,13 @@
 """The one loop that changes jobs: debounced cycles over the indexes.
 
 Each cycle reads one view of the cluster, steps every job's lifecycle (pure), builds the scheduler's
-snapshot from the result, calls `schedule()` (pure) and applies both. Being the only writer of job
-status after validation, it needs no locks; a job's status is always written before its pods are
-created, so an operator killed at any point restarts into a state it can finish without duplicates.
+snapshot from the result, calls `schedule()` (pure) and hands both to the writers. Being the only
+writer of job status after validation, it needs no locks.
+
+Writes do not hold up the next cycle: each job's writes run in order on a chain of their own, and
+until a status write has gone through, cycles see the status it carries (assumed, as a scheduler's
+cache assumes a binding). A job's status is always written before its pods are created, so an
+operator killed at any point restarts into a state it can finish without duplicates.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,7 +58,17 @@ from hetero_operator.scheduler import Allocation, Decisions, SchedulerConfig, sc
 log = logging.getLogger(__name__)
 
 INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
-RECREATE_AFTER_SECONDS = 10.0
+# A generation whose objects could not all be created is tried again after this long; one whose
+# creation went through is left alone while the watches catch up (at thousands of pods they lag by
+# tens of seconds), and only re-checked after RECHECK_CREATED_SECONDS.
+RETRY_CREATION_SECONDS = 5.0
+RECHECK_CREATED_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Creation:
+    at: float  # time.monotonic() of the last state change
+    state: str  # "running", "done" or "failed"
 
 
 @dataclass(frozen=True)
@@ -148,9 +162,15 @@ class SchedulingLoop:
         self._next_wake = config.idle_wake_seconds
         self._last_cycle_seconds = 0.0
         self._written: dict[str, JobFacts] = {}
-        # (job key, generation) -> when its objects were last created; the watch needs a moment to
-        # show new pods, and re-posting every object each cycle until then would only earn 409s.
-        self._created: dict[tuple[str, int], float] = {}
+        # Statuses handed to a job's write chain and not yet stored: what the next cycles see.
+        self._assumed: dict[str, JobFacts] = {}
+        self._chains: dict[str, asyncio.Task[None]] = {}
+        # (job key, generation) -> how creating its objects went; the watch needs a while to show
+        # new pods, and re-posting every object each cycle until then would only earn 409s.
+        self._created: dict[tuple[str, int], _Creation] = {}
+        # Deleted jobs whose objects are being removed (before our finalizer comes off).
+        self._cleaning: set[str] = set()
+        self._finalizing: set[str] = set()
         self._limit = asyncio.Semaphore(config.concurrency)
         self._creation_limit = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -222,6 +242,27 @@ class SchedulingLoop:
         nodes = {item["metadata"]["name"] for item in await self.client.list_items(f"{CORE}/nodes")}
         return jobs, pods, nodes
 
+    async def _add_finalizer(self, facts: JobFacts) -> None:
+        """Our finalizer on every job, so a deletion waits until its objects are removed."""
+        try:
+            await self.client.merge_patch(
+                path_of("HeteroTrainJob", facts.namespace, facts.name),
+                {"metadata": {"finalizers": [*facts.finalizers, names.FINALIZER]}},
+            )
+        finally:
+            self._finalizing.discard(facts.key)
+
+    async def _clean_up(self, facts: JobFacts) -> None:
+        """A deleted job: remove what it owns, then let the deletion finish."""
+        try:
+            await self.delete_job_objects(facts.namespace, facts.name)
+            await self.client.remove_finalizer(
+                path_of("HeteroTrainJob", facts.namespace, facts.name), facts.finalizers, names.FINALIZER
+            )
+            self._written.pop(facts.key, None)
+        finally:
+            self._cleaning.discard(facts.key)
+
     async def delete_job_objects(self, namespace: str, name: str) -> None:
         """Everything a deleted job owns. Pods on nodes that are gone or not Ready are force-deleted:
         no kubelet is left to confirm their end (the garbage collector would wait as long)."""
@@ -253,20 +294,29 @@ class SchedulingLoop:
                 del self._written[key]  # the watch caught up (or the job is gone)
             else:
                 jobs[key] = written
+        for key, assumed in self._assumed.items():
+            if key in jobs:
+                jobs[key] = assumed
         return ClusterView(view.classes, view.nodes, jobs, view.pods_by_job, view.node_class)
 
     async def cycle(self) -> Decisions:
         cycle_started = time.perf_counter()
         now = time.time()
-        fresh = time.monotonic() - 6 * RECREATE_AFTER_SECONDS
-        self._created = {key: at for key, at in self._created.items() if at > fresh}
+        fresh = time.monotonic() - RECHECK_CREATED_SECONDS
+        self._created = {key: c for key, c in self._created.items() if c.state == "running" or c.at > fresh}
         view = self._view()
         work: dict[str, _Work] = {}
         invalid_jobs: list[tuple[JobFacts, list[str]]] = []
         arrivals = arrival_times(view.jobs.values(), now)
         for key, facts in sorted(view.jobs.items()):
             if facts.deleting:
+                if names.FINALIZER in facts.finalizers and key not in self._cleaning:
+                    self._cleaning.add(key)
+                    self._background(self._clean_up(facts))
                 continue
+            if names.FINALIZER not in facts.finalizers and key not in self._finalizing:
+                self._finalizing.add(key)
+                self._background(self._add_finalizer(facts))
             job, problems = facts.model, list(facts.problems)
             if job is not None:
                 problems += semantic_problems(job)
@@ -310,6 +360,41 @@ class SchedulingLoop:
         )
         return decisions
 
+    # --- per-job write chains -------------------------------------------------------------------
+
+    def _enqueue(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` after every write already queued for this job (never beside one)."""
+        previous = self._chains.get(key)
+
+        async def chained() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            async with self._limit:
+                try:
+                    await work()
+                except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+                    log.warning("%s", error)
+                    self._assumed.pop(key, None)  # what the next cycle sees falls back to the watch
+                    self._wake_in(1.0)
+                    self.trigger()
+
+        task = asyncio.create_task(chained())
+        self._chains[key] = task
+        self._tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._tasks.discard(finished)
+            if self._chains.get(key) is finished:
+                del self._chains[key]
+
+        task.add_done_callback(done)
+
+    async def drain(self) -> None:
+        """Wait until every queued write has gone through (for tests and a clean stop)."""
+        while self._chains:
+            await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
+
     async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
         async def limited(call: Awaitable[None]) -> None:
             async with self._limit:
@@ -329,18 +414,22 @@ class SchedulingLoop:
             # to it, and `_flush` writes the result once.
             item.job = job.model_copy(update={"status": step.status})
             return
-        job_now = await self._write_status(item, step.status)
-        if job_now is None:
-            return
-        for name in step.force_delete_pods:
-            await self.client.delete(path_of("Pod", namespace, name), grace_seconds=0)
-        for name in step.delete_pods:
-            await self.client.delete(path_of("Pod", namespace, name))
-        await self._request_checkpoint(namespace, step.request_checkpoint)
-        if step.ensure_generation and self._due_for_creation(item.facts.key, job_now):
-            self._background(self._create_generation(job_now, view, replace_plan=False))
-        for event in step.events:
-            self._background(self._event(job, event))
+        create = step.ensure_generation and self._due_for_creation(item.facts.key, step.status)
+
+        async def then(job_now: HeteroTrainJob) -> None:
+            for name in step.force_delete_pods:
+                await self.client.delete(path_of("Pod", namespace, name), grace_seconds=0)
+            for name in step.delete_pods:
+                await self.client.delete(path_of("Pod", namespace, name))
+            await self._request_checkpoint(namespace, step.request_checkpoint)
+            if create:
+                self._background(self._create_generation(job_now, view, replace_plan=False))
+            for event in step.events:
+                self._background(self._event(job, event))
+
+        job_now = self._write_status(item, step.status, then)
+        if create:
+            self._mark_creating(item.facts.key, job_now)
         if step.restarted:
             self.metrics.restarts.inc()
         self._wake_in(step.wake_in)
@@ -353,37 +442,72 @@ class SchedulingLoop:
             return
         if current is None and facts.phase is not None:
             return  # unparsable, and already marked
-        body = await self.client.merge_patch(
-            path_of("HeteroTrainJob", facts.namespace, facts.name, "status"), {"status": status.to_wire()}
-        )
+        if facts.key in self._chains:
+            return  # a write for it is on its way; the next cycle sees it
+        path = path_of("HeteroTrainJob", facts.namespace, facts.name, "status")
+        self._enqueue(facts.key, lambda: self._write_invalid(facts, path, status, problems))
+
+    async def _write_invalid(
+        self, facts: JobFacts, path: str, status: HeteroTrainJobStatus, problems: list[str]
+    ) -> None:
+        body = await self.client.merge_patch(path, {"status": status.to_wire()})
         if body is not None:
             self._written[facts.key] = JobFacts.from_body(body)
+            involved = {
+                "apiVersion": str(body.get("apiVersion", "")),
+                "kind": "HeteroTrainJob",
+                "name": facts.name,
+                "namespace": facts.namespace,
+                "uid": facts.uid,
+            }
+            message = "; ".join(problems)
+            self._background(self.client.post_event(involved, "Warning", "InvalidSpec", message))
 
     async def _flush(self, item: _Work) -> None:
-        await self._write_status(item, _status_of(item.job))
+        self._write_status(item, _status_of(item.job))
 
-    async def _write_status(self, item: _Work, new: HeteroTrainJobStatus) -> HeteroTrainJob | None:
-        """Patch the status if it differs from the stored one; the returned job carries the new
-        status (None: the job is gone)."""
+    def _write_status(
+        self,
+        item: _Work,
+        new: HeteroTrainJobStatus,
+        then: Callable[[HeteroTrainJob], Awaitable[None]] | None = None,
+    ) -> HeteroTrainJob:
+        """Queue a patch of the status if it differs from the stored one, and `then` after it (not if
+        the job is gone). Returns the job with the new status, which cycles assume until it is stored."""
         patch = status_patch(item.stored, new)
         job = item.job.model_copy(update={"status": new})
         item.job = job
+        key = item.facts.key
         if not patch:
+            if then is not None:
+                self._enqueue(key, lambda: then(job))
             return job
-        path = path_of("HeteroTrainJob", item.facts.namespace, item.facts.name, "status")
-        body = await self.client.merge_patch(path, {"status": patch})
-        if body is None:
-            return None
-        written = JobFacts.from_body(body)
-        self._written[written.key] = written
         item.stored = new
+        assumed = replace(item.facts, model=job, phase=new.phase.value if new.phase else None)
+        self._assumed[key] = assumed
+        path = path_of("HeteroTrainJob", item.facts.namespace, item.facts.name, "status")
+
+        async def write() -> None:
+            try:
+                body = await self.client.merge_patch(path, {"status": patch})
+            finally:
+                if self._assumed.get(key) is assumed:
+                    del self._assumed[key]
+            if body is None:
+                return  # the job is gone
+            self._written[key] = JobFacts.from_body(body)
+            if then is not None:
+                await then(job)
+
+        self._enqueue(key, write)
         return job
 
     async def _request_checkpoint(self, namespace: str, pods: Iterable[str]) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         patch = {"metadata": {"annotations": {names.CHECKPOINT_REQUESTED_ANNOTATION: stamp}}}
-        for name in pods:
-            await self.client.merge_patch(path_of("Pod", namespace, name), patch)
+        await asyncio.gather(
+            *(self.client.merge_patch(path_of("Pod", namespace, name), patch) for name in pods)
+        )
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run object creation and events beside the cycles: a cycle needs its status writes done
@@ -402,19 +526,46 @@ class SchedulingLoop:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _due_for_creation(self, key: str, job: HeteroTrainJob) -> bool:
+    def _mark_creating(self, key: str, job: HeteroTrainJob) -> None:
+        """Creation is queued behind the status write: later cycles must not queue it again."""
         allocation = _status_of(job).allocation
+        if allocation is not None:
+            self._created[(key, allocation.generation)] = _Creation(time.monotonic(), "running")
+
+    def _due_for_creation(self, key: str, status: HeteroTrainJobStatus) -> bool:
+        allocation = status.allocation
         if allocation is None:
             return False
         created = self._created.get((key, allocation.generation))
-        return created is None or time.monotonic() - created > RECREATE_AFTER_SECONDS
+        if created is None:
+            return True
+        age = time.monotonic() - created.at
+        if created.state == "failed":
+            return age > RETRY_CREATION_SECONDS
+        return created.state == "done" and age > RECHECK_CREATED_SECONDS
 
     async def _create_generation(self, job: HeteroTrainJob, view: ClusterView, replace_plan: bool) -> None:
         status = _status_of(job)
         allocation = status.allocation
         if allocation is None or not allocation.workers:
             return
-        self._created[(f"{job.namespace}/{job.name}", allocation.generation)] = time.monotonic()
+        key = (f"{job.namespace}/{job.name}", allocation.generation)
+        self._created[key] = _Creation(time.monotonic(), "running")
+        try:
+            await self._create_objects(job, status, allocation, view, replace_plan)
+        except BaseException:
+            self._created[key] = _Creation(time.monotonic(), "failed")
+            raise
+        self._created[key] = _Creation(time.monotonic(), "done")
+
+    async def _create_objects(
+        self,
+        job: HeteroTrainJob,
+        status: HeteroTrainJobStatus,
+        allocation: StatusAllocation,
+        view: ClusterView,
+        replace_plan: bool,
+    ) -> None:
         version = status.plan.version if status.plan is not None else 1
         predicted = status.plan.predicted_iteration_seconds if status.plan is not None else None
         plan = initial_plan(job.spec, allocation, view.speeds(), version, predicted or None)
@@ -497,15 +648,17 @@ class SchedulingLoop:
         except PlanBuildError as error:
             await self._wait(item, f"placement refused: {error}", now)
             return
-        job_now = await self._write_status(item, placed(job, chosen, plan_status(plan), predicted, now))
-        if job_now is None:
-            return
-        self.metrics.placements.inc()
-        if generation == 0:
-            self.metrics.placement_seconds.observe(max(0.0, now - item.facts.created_at))
-        self._background(self._create_generation(job_now, view, replace_plan=True))
         message = f"placed on {chosen.total_gpus} GPUs ({chosen.classes}), worker generation {generation}"
-        self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
+
+        async def then(job_now: HeteroTrainJob) -> None:
+            if generation == 0:
+                self.metrics.placement_seconds.observe(max(0.0, time.time() - item.facts.created_at))
+            self._background(self._create_generation(job_now, view, replace_plan=True))
+            self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
+
+        job_now = self._write_status(item, placed(job, chosen, plan_status(plan), predicted, now), then)
+        self._mark_creating(item.facts.key, job_now)
+        self.metrics.placements.inc()
 
     async def _wait(self, item: _Work, message: str, now: float) -> None:
         # Written by `_flush` with whatever else changed for this job in the cycle.
@@ -517,15 +670,15 @@ class SchedulingLoop:
         status = _status_of(item.job)
         if status.phase not in HOLDING_PHASES or is_true(status, ConditionType.DRAINING):
             return  # already stopping, or not holding GPUs any more
-        job_now = await self._write_status(item, draining(item.job, reason, message, now))
-        if job_now is None:
-            return
-        self.metrics.preemptions.inc()
         pods = [p.name for p in view.pods_of(item.facts.key) if p.live and not p.deleting]
-        await self._request_checkpoint(item.facts.namespace, pods)
-        self._background(
-            self._event(job_now, JobEvent("Normal", reason.value, f"{message}; saving a checkpoint first"))
-        )
+        event = JobEvent("Normal", reason.value, f"{message}; saving a checkpoint first")
+
+        async def then(job_now: HeteroTrainJob) -> None:
+            await self._request_checkpoint(item.facts.namespace, pods)
+            self._background(self._event(job_now, event))
+
+        self._write_status(item, draining(item.job, reason, message, now), then)
+        self.metrics.preemptions.inc()
         self._wake_in(self.config.lifecycle.checkpoint_grace_seconds)
 
     # --- metrics --------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from hetero_operator.dashboards.panels import FULL_WIDTH, Query, new_dashboard, 
 
 UID = "heterotrain-gpu-pools"
 GPU_CLASS = (names.LABEL_GPU_CLASS,)
+ALLOCATED = q.summed(names.OPERATOR_GPUS_ALLOCATED)
+CAPACITY = q.summed(names.OPERATOR_GPUS_CAPACITY)
 
 
 def gpu_pools() -> Dashboard:
@@ -17,8 +19,8 @@ def gpu_pools() -> Dashboard:
         new_dashboard(
             UID,
             "heterotrain / GPU pools",
-            "GPUs allocated per GPU class, job queues, time to placement and scheduling latency of the "
-            "heterotrain operator.",
+            "GPU capacity and allocation per GPU class, job queues, time to placement and scheduling "
+            "latency of the heterotrain operator.",
             ["heterotrain", "scheduler"],
         )
         .with_row(row("Allocation"))
@@ -70,6 +72,61 @@ def gpu_pools() -> Dashboard:
                 [Query(q.summed(names.OPERATOR_JOBS, (names.LABEL_PHASE,)), "{{phase}}")],
                 "none",
                 stacked=True,
+            )
+        )
+        .with_row(row("Capacity per GPU class"))
+        .with_panel(
+            single_stat(
+                "GPU capacity",
+                "GPUs on Ready, schedulable nodes, all classes.",
+                [Query(q.summed(names.OPERATOR_GPUS_CAPACITY))],
+                "none",
+                width=8,
+            )
+        )
+        .with_panel(
+            single_stat(
+                "GPUs free",
+                "Of the capacity, GPUs no running pod requests, all classes.",
+                [Query(q.summed(names.OPERATOR_GPUS_FREE))],
+                "none",
+                width=8,
+            )
+        )
+        .with_panel(
+            single_stat(
+                "Allocated share of capacity",
+                "GPUs held by placed jobs over the GPUs on Ready, schedulable nodes.",
+                [Query(f"{ALLOCATED} / {CAPACITY}")],
+                "percentunit",
+                width=8,
+            )
+        )
+        .with_panel(
+            time_series(
+                "Capacity and allocation per class",
+                "Per GPU class: GPUs on Ready, schedulable nodes (capacity), GPUs held by placed jobs "
+                "(allocated) and GPUs no running pod requests (free).",
+                [
+                    Query(q.summed(names.OPERATOR_GPUS_CAPACITY, GPU_CLASS), "{{gpu_class}} capacity"),
+                    Query(q.summed(names.OPERATOR_GPUS_ALLOCATED, GPU_CLASS), "{{gpu_class}} allocated"),
+                    Query(q.summed(names.OPERATOR_GPUS_FREE, GPU_CLASS), "{{gpu_class}} free"),
+                ],
+                "none",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Allocated share per class",
+                "GPUs held by placed jobs over the class's capacity.",
+                [
+                    Query(
+                        f"{q.summed(names.OPERATOR_GPUS_ALLOCATED, GPU_CLASS)} / "
+                        f"{q.summed(names.OPERATOR_GPUS_CAPACITY, GPU_CLASS)}",
+                        "{{gpu_class}}",
+                    )
+                ],
+                "percentunit",
             )
         )
         .with_row(row("Queues and placement"))

@@ -22,6 +22,9 @@ JOB_VARIABLE = "job"
 JOB = f'{names.LABEL_JOB}="${JOB_VARIABLE}"'
 PER_WORKER = (names.LABEL_RANK, names.LABEL_GPU_CLASS)
 WORKER_LEGEND = "rank {{rank}} ({{gpu_class}})"
+PREDICTED = q.selector(names.JOB_PREDICTED_STEP_SECONDS, JOB)
+PREDICTED_STEP = f"max by ({names.LABEL_PLAN_VERSION}) ({PREDICTED})"
+MEASURED_STEP = f"max ({q.histogram_mean(names.STEP_SECONDS, PER_WORKER, JOB)})"
 
 
 def training_job() -> Dashboard:
@@ -29,8 +32,8 @@ def training_job() -> Dashboard:
         new_dashboard(
             UID,
             "heterotrain / Training job",
-            "One HeteroTrainJob's workers: local batch, throughput, iteration time, epoch progress, loss "
-            "and rebalances.",
+            "One HeteroTrainJob's workers: local batch, throughput, iteration time (measured and as the "
+            "planner predicted it), epoch progress, loss and rebalances.",
             ["heterotrain", "training"],
         )
         .with_variable(label_variable(JOB_VARIABLE, "Job", names.total(names.STEPS), names.LABEL_JOB))
@@ -107,6 +110,29 @@ def training_job() -> Dashboard:
                 "Mean wall time of one step per worker. With a balanced split the lines meet.",
                 [Query(q.histogram_mean(names.STEP_SECONDS, PER_WORKER, JOB), WORKER_LEGEND)],
                 "s",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Iteration time: predicted and measured",
+                "The planner's predicted time of one step under the plan in effect, against the measured "
+                "one: a synchronous step ends with its slowest worker, so measured is the largest mean "
+                "step time of any worker. The prediction steps with each new plan version.",
+                [
+                    Query(PREDICTED_STEP, "predicted (plan v{{plan_version}})"),
+                    Query(MEASURED_STEP, "measured (slowest worker)"),
+                ],
+                "s",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Measured over predicted iteration time",
+                "Above 1: steps take longer than the planner predicted (its speed priors or fitted model "
+                "are optimistic); below 1: faster. Measured on the workers, predicted when the plan was "
+                "written.",
+                [Query(f"{MEASURED_STEP} / max ({PREDICTED})", "measured / predicted")],
+                "none",
             )
         )
         .with_panel(

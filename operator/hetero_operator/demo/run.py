@@ -43,6 +43,8 @@ class DemoSettings:
     timeout_seconds: float = 900.0
     keep_cluster: bool = False
     root: Path | None = None
+    # Credentials of the operator (default: the test bed's admin), e.g. a ServiceAccount's token.
+    operator_kubeconfig: Path | None = None
 
 
 def demo_job() -> dict[str, Any]:
@@ -53,7 +55,7 @@ def demo_job() -> dict[str, Any]:
 
 
 @contextmanager
-def operator_process(testbed: Testbed, log: Path) -> Iterator[int]:
+def operator_process(testbed: Testbed, log: Path, kubeconfig: Path | None = None) -> Iterator[int]:
     """The operator as a child process against the test bed, stopped on exit."""
     port = processes.free_port()
     argv = [
@@ -61,7 +63,7 @@ def operator_process(testbed: Testbed, log: Path) -> Iterator[int]:
         "-m",
         "hetero_operator",
         "operator",
-        f"--kubeconfig={testbed.kubeconfig}",
+        f"--kubeconfig={kubeconfig or testbed.kubeconfig}",
         f"--metrics-port={port}",
         f"--prometheus-url={testbed.prometheus_url}",
         "--checkpoint-grace=5",
@@ -183,7 +185,7 @@ def run_demo(
     plans: dict[int, list[int]] = {}
     report: dict[str, Any] = {}
     try:
-        with operator_process(testbed, root / "logs" / "operator.log"):
+        with operator_process(testbed, root / "logs" / "operator.log", settings.operator_kubeconfig):
             testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
             started = time.monotonic()
             state: dict[str, Any] = {}

@@ -30,6 +30,7 @@ from hetero_operator.rebalance.measurements import (
 log = logging.getLogger("heterotrain.rebalancer")
 
 CONDITION = "MetricsAvailable"
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
 MAX_REBALANCE_RECORDS = 20
 
 
@@ -109,6 +110,11 @@ def _conditions_with(
     return conditions
 
 
+def _condition_reason(status: Mapping[str, Any]) -> str | None:
+    found = next((c for c in status.get("conditions") or [] if c.get("type") == CONDITION), None)
+    return None if found is None else found.get("reason")
+
+
 def eta_seconds(memory: JobMemory, epoch: int, epochs: int) -> float | None:
     """Remaining epochs times the mean duration of the last three whole epochs seen."""
     seen = sorted(memory.epoch_started.items())
@@ -145,11 +151,23 @@ class Rebalancer:
                 self.http, self.settings.prometheus_url, namespace, name, plan.version
             )
         except MetricsUnavailable as why:
-            await self._set_condition(status_path, status, False, "PrometheusUnavailable", str(why))
+            await self._set_condition(status_path, status, False, PROMETHEUS_UNAVAILABLE, str(why))
             return None
+        if _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
+            # Say the outage is over now: the next decision, which would say so too, may never come
+            # once the split has settled.
+            log.info("%s: Prometheus answers again", status_path)
+            await self._set_condition(
+                status_path, status, True, "PrometheusReachable", "Prometheus answers again"
+            )
         await self._progress(status_path, spec, measured, memory)
         every = int((spec.get("rebalance") or {}).get("everyEpochs", 1))
         if measured.epoch is None or measured.epoch < plan.apply_at_epoch + every:
+            return None
+        epochs = int(spec.get("epochs") or 0)
+        if epochs and measured.epoch + 1 >= epochs:
+            # The last epoch: no boundary is left for a new plan to start at, and workers that
+            # finish drop out of the metrics (which is no fault of theirs).
             return None
         if plan.version <= memory.last_decided_version:
             return None
