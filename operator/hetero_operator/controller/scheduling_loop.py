@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from hetero_operator.controller import launcher, names
+from hetero_operator.controller.conditions import owned_by_loop, patch_status
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
 from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KubeClient, KubeError, path_of
@@ -450,7 +451,7 @@ class SchedulingLoop:
     async def _write_invalid(
         self, facts: JobFacts, path: str, status: HeteroTrainJobStatus, problems: list[str]
     ) -> None:
-        body = await self.client.merge_patch(path, {"status": status.to_wire()})
+        body = await patch_status(self.client, path, status.to_wire(), owned_by_loop)
         if body is not None:
             self._written[facts.key] = JobFacts.from_body(body)
             involved = {
@@ -489,7 +490,7 @@ class SchedulingLoop:
 
         async def write() -> None:
             try:
-                body = await self.client.merge_patch(path, {"status": patch})
+                body = await patch_status(self.client, path, patch, owned_by_loop, self._known_body(key))
             finally:
                 if self._assumed.get(key) is assumed:
                     del self._assumed[key]
@@ -525,6 +526,23 @@ class SchedulingLoop:
         task = asyncio.create_task(limited())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _known_body(self, key: str) -> dict[str, Any] | None:
+        """The freshest resourceVersion and conditions of a job this replica has seen (the index or
+        its own last write), for the precondition of a conditions write."""
+        seen = [self._written.get(key)]
+        for value in (self.indexes.get("htj_jobs") or {}).get(key) or ():
+            if isinstance(value, JobFacts):
+                seen.append(value)
+        facts = max(
+            (f for f in seen if f is not None and f.model is not None),
+            key=lambda f: _revision(f.resource_version),
+            default=None,
+        )
+        if facts is None or facts.model is None:
+            return None
+        conditions = [c.to_wire() for c in _status_of(facts.model).conditions]
+        return {"metadata": {"resourceVersion": facts.resource_version}, "status": {"conditions": conditions}}
 
     def _mark_creating(self, key: str, job: HeteroTrainJob) -> None:
         """Creation is queued behind the status write: later cycles must not queue it again."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import httpx
 
 from hetero_operator.controller import names
+from hetero_operator.controller.conditions import owned_by_rebalancer, patch_status
 from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import LrScaling, PerfSample
@@ -250,7 +251,7 @@ class Rebalancer:
         if conditions is not None:
             if not ok:
                 log.warning("%s: %s", path, message)
-            await self.client.merge_patch(path, {"status": {"conditions": conditions}})
+            await patch_status(self.client, path, {"conditions": conditions}, owned_by_rebalancer)
 
     async def _publish(
         self,
