@@ -348,8 +348,11 @@ class Testbed:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
-            # Nodes have no pod CIDRs and no cloud; everything else (GC, namespaces, node lifecycle) runs.
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route",
+            # Nodes have no pod CIDRs and no cloud; pod IPs are loopback addresses, which Endpoints and
+            # EndpointSlices refuse (their controllers would retry every headless Service forever).
+            # Everything else (GC, namespaces, node lifecycle) runs.
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,"
+            "-endpoint,-endpointslice,-endpointslicemirroring",
             "--v=1",
         ]
 
