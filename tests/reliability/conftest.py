@@ -20,7 +20,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Remember why a reliability test failed, so one that failed before recording still gets a row."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.failed and "tests/reliability/" in item.nodeid:
+    if report.failed and "record" in getattr(item, "fixturenames", ()):
         lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
         reason = " ".join(line[1:].strip() for line in lines[:3]) or report.longreprtext[-300:]
         item.config.stash.setdefault(FAILURES, {}).setdefault(item.nodeid, f"{report.when}: {reason[:500]}")
@@ -35,9 +35,8 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
     recorded = {row.test for row in book.rows}
     for test, reason in request.config.stash.get(FAILURES, {}).items():
         if test not in recorded:
-            book.record(
-                area=UNRECORDED, what="the test", trials=0, survived=0, lost=reason, checks="-", test=test
-            )
+            what = "the test failed before it recorded what it tried"
+            book.record(area=UNRECORDED, what=what, trials=0, survived=0, lost=reason, checks="-", test=test)
     if book.rows:
         write(RELIABILITY_MD, book.rows, len(ran), ran)
 

@@ -1,14 +1,16 @@
 """Simulated heterogeneity for machines without GPUs: stretch each step's compute to 1/speed.
 
-The compute is measured as the CPU time this process spent on it, so time lost to other processes
-on a shared host is not multiplied by 1/speed; the stretched step lasts max(wall time, CPU time /
-speed). The extra time is spent sleeping, so a "slow" worker does not steal CPU from its peers:
-its compute time grows as a slower GPU's would.
+The compute is measured as the CPU time of the calling thread (the runtime runs torch on one
+thread), so neither time lost to other processes on a shared host nor the CPU used meanwhile by the
+worker's other threads (metrics server, plan watcher, gloo's I/O) is multiplied by 1/speed; the
+stretched segment lasts max(wall time, CPU time / speed). The extra time is spent sleeping, so a
+"slow" worker does not steal CPU from its peers: its compute time grows as a slower GPU's would.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -23,33 +25,42 @@ def stretched_seconds(measured_seconds: float, speed: float) -> float:
 @dataclass(frozen=True)
 class Stopwatch:
     wall: float
-    cpu: float
+    cpu: float  # CPU time of the thread that began the segment
+    thread: int
 
 
 class SpeedSimulator:
     def __init__(self, speed: float | None) -> None:
         self.speed = 1.0 if speed is None else speed
         self.active = speed is not None and speed < 1.0
+        # Wall time beyond CPU time / speed, summed: time a busy host took from the compute thread
+        # that sleeping could not absorb, so the simulated speed was not met exactly.
+        self.overrun_seconds = 0.0
 
     def announce(self, rank: int) -> None:
         if self.active:
             log.warning(
                 "SIMULATION: rank %d runs at simulated speed %.3g: every step's compute is stretched to "
-                "%.3gx its measured time by sleeping",
+                "%.3gx its measured CPU time by sleeping",
                 rank,
                 self.speed,
                 1.0 / self.speed,
             )
 
     def begin(self) -> Stopwatch:
-        return Stopwatch(time.perf_counter(), time.process_time())
+        return Stopwatch(time.perf_counter(), time.thread_time(), threading.get_ident())
 
     def finish(self, watch: Stopwatch) -> float:
-        """End a compute segment: sleep until it lasts CPU time / speed; returns its duration."""
+        """End a compute segment (on the thread that began it): sleep until it lasts CPU time /
+        speed; returns the segment's duration as measured after the sleep."""
         wall = time.perf_counter() - watch.wall
         if not self.active:
             return wall
-        target = stretched_seconds(time.process_time() - watch.cpu, self.speed)
+        if threading.get_ident() != watch.thread:
+            raise RuntimeError("SpeedSimulator: finish() must run on the thread that called begin()")
+        target = stretched_seconds(time.thread_time() - watch.cpu, self.speed)
         if target > wall:
             time.sleep(target - wall)
-        return max(wall, target)
+        else:
+            self.overrun_seconds += wall - target
+        return time.perf_counter() - watch.wall

@@ -69,7 +69,7 @@ RECHECK_CREATED_SECONDS = 60.0
 @dataclass(frozen=True, slots=True)
 class _Creation:
     at: float  # time.monotonic() of the last state change
-    state: str  # "running", "done" or "failed"
+    state: str  # "queued" (behind a status write), "running", "done" or "failed"
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class SchedulingLoop:
         self._chains: dict[str, asyncio.Task[None]] = {}
         # (job key, generation) -> how creating its objects went; the watch needs a while to show
         # new pods, and re-posting every object each cycle until then would only earn 409s.
-        self._created: dict[tuple[str, int], _Creation] = {}
+        self._created: dict[tuple[str, str, int], _Creation] = {}  # (job key, uid, generation)
         # Deleted jobs whose objects are being removed (before our finalizer comes off).
         self._cleaning: set[str] = set()
         self._finalizing: set[str] = set()
@@ -301,10 +301,15 @@ class SchedulingLoop:
         return ClusterView(view.classes, view.nodes, jobs, view.pods_by_job, view.node_class)
 
     async def cycle(self) -> Decisions:
+        return self._decide()
+
+    def _decide(self) -> Decisions:
         cycle_started = time.perf_counter()
         now = time.time()
         fresh = time.monotonic() - RECHECK_CREATED_SECONDS
-        self._created = {key: c for key, c in self._created.items() if c.state == "running" or c.at > fresh}
+        self._created = {
+            key: c for key, c in self._created.items() if c.state in ("queued", "running") or c.at > fresh
+        }
         view = self._view()
         work: dict[str, _Work] = {}
         invalid_jobs: list[tuple[JobFacts, list[str]]] = []
@@ -333,8 +338,12 @@ class SchedulingLoop:
             )
             step = reconcile(observation, self.config.lifecycle)
             work[key] = _Work(facts, original, step, _status_of(original))
-        await self._gather(self._mark_invalid(facts, problems, now) for facts, problems in invalid_jobs)
-        await self._gather(self._apply_step(item, view) for item in work.values())
+        # From here to the end of the cycle nothing awaits: the cycle decides on one view, and its
+        # latency is its own work (the writes run on the per-job chains).
+        for facts, problems in invalid_jobs:
+            self._mark_invalid(facts, problems, now)
+        for item in work.values():
+            self._apply_step(item, view)
         requests = []
         for key, item in work.items():
             status = item.step.status
@@ -348,8 +357,9 @@ class SchedulingLoop:
         decisions = schedule(snapshot, self.config.scheduler)
         self.metrics.schedule_seconds.observe(time.perf_counter() - started)
         scheduled = time.perf_counter()
-        await self._apply_decisions(decisions, work, view, now)
-        await self._gather(self._flush(item) for item in work.values())
+        self._apply_decisions(decisions, work, view, now)
+        for item in work.values():
+            self._flush(item)
         self._export(work, decisions)
         log.debug(
             "cycle: %d jobs, lifecycle+view %.3f s, schedule %.3f s, apply %.3f s (%d placed)",
@@ -377,6 +387,7 @@ class SchedulingLoop:
                 except (KubeError, aiohttp.ClientError, TimeoutError) as error:
                     log.warning("%s", error)
                     self._assumed.pop(key, None)  # what the next cycle sees falls back to the watch
+                    self._creation_not_reached(key)
                     self._wake_in(1.0)
                     self.trigger()
 
@@ -396,26 +407,16 @@ class SchedulingLoop:
         while self._chains:
             await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
 
-    async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
-        async def limited(call: Awaitable[None]) -> None:
-            async with self._limit:
-                try:
-                    await call
-                except KubeError as error:
-                    log.warning("%s", error)
-
-        await asyncio.gather(*(limited(call) for call in calls))
-
     # --- lifecycle actions ----------------------------------------------------------------------
 
-    async def _apply_step(self, item: _Work, view: ClusterView) -> None:
+    def _apply_step(self, item: _Work, view: ClusterView) -> None:
         step, job, namespace = item.step, item.job, item.facts.namespace
         if _only_status(step):
             # Nothing depends on this status being stored yet: the scheduler's decision may add
             # to it, and `_flush` writes the result once.
             item.job = job.model_copy(update={"status": step.status})
             return
-        create = step.ensure_generation and self._due_for_creation(item.facts.key, step.status)
+        create = step.ensure_generation and self._due_for_creation(item.facts, step.status)
 
         async def then(job_now: HeteroTrainJob) -> None:
             for name in step.force_delete_pods:
@@ -430,12 +431,12 @@ class SchedulingLoop:
 
         job_now = self._write_status(item, step.status, then)
         if create:
-            self._mark_creating(item.facts.key, job_now)
+            self._mark_creating(item.facts, job_now)
         if step.restarted:
             self.metrics.restarts.inc()
         self._wake_in(step.wake_in)
 
-    async def _mark_invalid(self, facts: JobFacts, problems: list[str], now: float) -> None:
+    def _mark_invalid(self, facts: JobFacts, problems: list[str], now: float) -> None:
         """Valid=False naming every problem (the create handler writes the same for quick feedback)."""
         current = facts.model.status if facts.model is not None else None
         status = invalid(current, problems, now)
@@ -464,7 +465,7 @@ class SchedulingLoop:
             message = "; ".join(problems)
             self._background(self.client.post_event(involved, "Warning", "InvalidSpec", message))
 
-    async def _flush(self, item: _Work) -> None:
+    def _flush(self, item: _Work) -> None:
         self._write_status(item, _status_of(item.job))
 
     def _write_status(
@@ -544,17 +545,25 @@ class SchedulingLoop:
         conditions = [c.to_wire() for c in _status_of(facts.model).conditions]
         return {"metadata": {"resourceVersion": facts.resource_version}, "status": {"conditions": conditions}}
 
-    def _mark_creating(self, key: str, job: HeteroTrainJob) -> None:
+    def _mark_creating(self, facts: JobFacts, job: HeteroTrainJob) -> None:
         """Creation is queued behind the status write: later cycles must not queue it again."""
         allocation = _status_of(job).allocation
         if allocation is not None:
-            self._created[(key, allocation.generation)] = _Creation(time.monotonic(), "running")
+            self._created[(facts.key, facts.uid, allocation.generation)] = _Creation(
+                time.monotonic(), "queued"
+            )
 
-    def _due_for_creation(self, key: str, status: HeteroTrainJobStatus) -> bool:
+    def _creation_not_reached(self, key: str) -> None:
+        """A write of this job failed before its queued creation ran: let a later cycle retry it."""
+        for mark, creation in list(self._created.items()):
+            if mark[0] == key and creation.state == "queued":
+                self._created[mark] = _Creation(time.monotonic(), "failed")
+
+    def _due_for_creation(self, facts: JobFacts, status: HeteroTrainJobStatus) -> bool:
         allocation = status.allocation
         if allocation is None:
             return False
-        created = self._created.get((key, allocation.generation))
+        created = self._created.get((facts.key, facts.uid, allocation.generation))
         if created is None:
             return True
         age = time.monotonic() - created.at
@@ -567,7 +576,7 @@ class SchedulingLoop:
         allocation = status.allocation
         if allocation is None or not allocation.workers:
             return
-        key = (f"{job.namespace}/{job.name}", allocation.generation)
+        key = (f"{job.namespace}/{job.name}", str(job.metadata.get("uid", "")), allocation.generation)
         self._created[key] = _Creation(time.monotonic(), "running")
         try:
             await self._create_objects(job, status, allocation, view, replace_plan)
@@ -622,26 +631,24 @@ class SchedulingLoop:
 
     # --- scheduler decisions --------------------------------------------------------------------
 
-    async def _apply_decisions(
+    def _apply_decisions(
         self, decisions: Decisions, work: Mapping[str, _Work], view: ClusterView, now: float
     ) -> None:
-        calls: list[Awaitable[None]] = []
         for key, allocation in decisions.place.items():
             predicted = decisions.predicted_samples_per_second.get(key)
-            calls.append(self._place(work[key], allocation, predicted, view, now))
+            self._place(work[key], allocation, predicted, view, now)
         for key, message in decisions.unschedulable.items():
             log.debug("%s waits: %s", key, message)
-            calls.append(self._wait(work[key], message, now))
+            self._wait(work[key], message, now)
         stops = [
             *((key, DrainReason.PREEMPTED, p.reason) for key, p in decisions.preempt.items()),
             *((key, DrainReason.RESIZED, r.reason) for key, r in decisions.shrink.items()),
             *((key, DrainReason.RESIZED, r.reason) for key, r in decisions.grow.items()),
         ]
         for key, reason, message in stops:
-            calls.append(self._stop(work[key], reason, message, view, now))
-        await self._gather(calls)
+            self._stop(work[key], reason, message, view, now)
 
-    async def _place(
+    def _place(
         self, item: _Work, allocation: Allocation, predicted: float | None, view: ClusterView, now: float
     ) -> None:
         job = item.job
@@ -664,7 +671,7 @@ class SchedulingLoop:
         try:
             plan: PlanDocument = initial_plan(job.spec, chosen, view.speeds(), version, iteration)
         except PlanBuildError as error:
-            await self._wait(item, f"placement refused: {error}", now)
+            self._wait(item, f"placement refused: {error}", now)
             return
         message = f"placed on {chosen.total_gpus} GPUs ({chosen.classes}), worker generation {generation}"
 
@@ -675,16 +682,14 @@ class SchedulingLoop:
             self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
 
         job_now = self._write_status(item, placed(job, chosen, plan_status(plan), predicted, now), then)
-        self._mark_creating(item.facts.key, job_now)
+        self._mark_creating(item.facts, job_now)
         self.metrics.placements.inc()
 
-    async def _wait(self, item: _Work, message: str, now: float) -> None:
+    def _wait(self, item: _Work, message: str, now: float) -> None:
         # Written by `_flush` with whatever else changed for this job in the cycle.
         item.job = item.job.model_copy(update={"status": waiting(item.job, message, now)})
 
-    async def _stop(
-        self, item: _Work, reason: DrainReason, message: str, view: ClusterView, now: float
-    ) -> None:
+    def _stop(self, item: _Work, reason: DrainReason, message: str, view: ClusterView, now: float) -> None:
         status = _status_of(item.job)
         if status.phase not in HOLDING_PHASES or is_true(status, ConditionType.DRAINING):
             return  # already stopping, or not holding GPUs any more

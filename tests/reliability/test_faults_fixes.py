@@ -1,0 +1,88 @@
+"""Operator fixes that the fault tests led to, pinned by unit tests of the pure code involved."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from tests.operator.builders import allocation, job, pod
+
+from hetero_operator.controller.lifecycle import LifecycleConfig, Observation, reconcile
+from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
+from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.resources import Condition, ConditionStatus, HeteroTrainJobStatus, Phase
+
+
+class PlanStore:
+    """The rebalancer's Kubernetes side, in memory: one plan ConfigMap, and the status it patches."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.config_map = {"data": {PLAN_CONFIGMAP_KEY: plan.to_json()}}
+        self.status: dict[str, Any] = {"phase": "Running"}
+
+    async def get(self, path: str, params: Any = None) -> dict[str, Any] | None:
+        if "/configmaps/" in path:
+            return self.config_map
+        return {"metadata": {"resourceVersion": "1"}, "status": self.status}
+
+    async def merge_patch(self, path: str, patch: Any) -> dict[str, Any] | None:
+        self.status.update(patch["status"])
+        return {}
+
+    async def create_or_replace_data(self, manifest: Any) -> None:
+        raise AssertionError("no plan may be written here")
+
+    async def post_event(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None:
+    """After an outage the condition must not keep saying PrometheusUnavailable until the next
+    rebalancing decision: once the split has settled, that decision never comes."""
+    store = PlanStore(Plan(version=2, world_size=2, global_batch=64, local_batches=[32, 32]))
+    up = {"now": False}
+
+    def prometheus(request: httpx.Request) -> httpx.Response:
+        if not up["now"]:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    async def tick() -> dict[str, Any]:
+        body = {"metadata": {"namespace": "ns", "name": "job"}, "spec": {}, "status": store.status}
+        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
+            rebalancer = Rebalancer(store, http, RebalancerSettings("http://prometheus.invalid"))
+            await rebalancer.tick(body, JobMemory())
+        return next(c for c in store.status["conditions"] if c["type"] == "MetricsAvailable")
+
+    down = asyncio.run(tick())
+    assert (down["status"], down["reason"]) == ("False", "PrometheusUnavailable")
+    up["now"] = True
+    back = asyncio.run(tick())
+    assert (back["status"], back["reason"]) == ("True", "PrometheusReachable")
+
+
+def _status(phase: Phase, generation: int) -> HeteroTrainJobStatus:
+    valid = Condition(
+        type="Valid",
+        status=ConditionStatus.TRUE,
+        reason="Validated",
+        message="the spec is valid",
+        last_transition_time="2026-01-01T00:00:00Z",
+    )
+    placed = allocation(("node-a", "fast"), ("node-b", "fast"), generation=generation)
+    return HeteroTrainJobStatus(phase=phase, allocation=placed, conditions=[valid])
+
+
+def test_pods_of_an_earlier_generation_are_deleted_even_when_finished() -> None:
+    """An operator killed between a restart's status write and its deletion of the old generation
+    used to leave the old, failed pods for good: only live ones counted as stale."""
+    old = pod("train-g0-w0", phase="Failed", generation=0, rank=0)
+    current = [pod(f"train-g1-w{r}", phase="Running", generation=1, rank=r) for r in (0, 1)]
+    running = job(_status(Phase.RUNNING, 1))
+    step = reconcile(Observation(running, (old, *current), now=1.0), LifecycleConfig())
+    assert step.delete_pods == ("train-g0-w0",)
+    done = [pod(f"train-g1-w{r}", phase="Succeeded", generation=1, rank=r) for r in (0, 1)]
+    succeeded = job(_status(Phase.SUCCEEDED, 1))
+    step = reconcile(Observation(succeeded, (old, *done), now=1.0), LifecycleConfig())
+    assert step.delete_pods == ("train-g0-w0",)  # the last generation's pods stay, for their logs

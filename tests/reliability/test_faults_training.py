@@ -1,0 +1,175 @@
+"""Faults under a real training job: a worker process killed in the middle of an epoch, and
+Prometheus stopped and started again while the operator rebalances the job.
+
+The digits example runs as three torch processes over gloo on the test bed's local process nodes,
+checkpointing every epoch. Both faults hit the same run (one torch start-up less), each with its own
+ledger row and its own checks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.operator.live import OperatorProcess, wait_for
+from tests.reliability.faults_cluster import Cluster, generation, status
+from tests.reliability.faults_training import (
+    KillSeen,
+    OutageSeen,
+    checkpoints,
+    digits_job,
+    kill_problems,
+    outage_problems,
+    worker_run,
+)
+
+from hetero_operator.testbed.cluster import Testbed
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(300)]
+
+JOB = "digits"
+EPOCHS = 8
+KILLED_RANK = 1
+METRICS = "MetricsAvailable"
+MIN_OUTAGE_SECONDS = 8.0  # four rebalancer passes
+
+
+@pytest.fixture
+def bed(fault_bed: Testbed) -> Testbed:
+    return fault_bed
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status(job).get("conditions") or [] if c["type"] == kind), {})
+
+
+def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyped-def]
+    bed: Testbed, record, tmp_path: Path
+) -> None:
+    namespace = f"train-{uuid.uuid4().hex[:6]}"
+    bed.kubectl("create", "namespace", namespace)
+    cluster = Cluster(str(bed.kubeconfig), namespace)
+    operator = OperatorProcess(
+        bed, tmp_path / "operator.log", grace_seconds=1.0, extra_args=("--prometheus-url", bed.prometheus_url)
+    )
+    kill, outage = KillSeen(), OutageSeen()
+    errors: list[str] = []  # a step that timed out
+    operator.start()
+    pid = operator.process.pid if operator.process else None
+    try:
+        cluster.apply(digits_job(JOB, namespace, EPOCHS))
+        cluster.until(lambda s: s.phase(JOB) == "Running", 90, "the job to run")
+        kill_a_worker_mid_epoch(bed, cluster, kill)
+        stop_prometheus_for_an_epoch(bed, cluster, outage)
+        final = cluster.until(lambda s: s.phase(JOB) in ("Succeeded", "Failed"), 240, "the job to end")
+        kill.final_phase = final.phase(JOB)
+        last = worker_run(bed, namespace, JOB, generation(final, JOB) or 0, 0)
+        kill.final_epochs = [line["epoch"] for line in last.progress()] if last else []
+    except AssertionError as error:
+        errors.append(str(error))
+    finally:
+        outage.operator_survived = operator.process is not None and operator.process.poll() is None
+        outage.operator_survived &= operator.process is not None and operator.process.pid == pid
+        outage.logged = f"Prometheus at {bed.prometheus_url} is unreachable" in operator.log.read_text()
+        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
+        wait_for(lambda: cluster.poll() and not cluster.snapshot.pods, 60, "the workers to stop")
+        operator.stop()
+        bed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    print(f"kill: {kill}\noutage: {outage}")
+
+    killed = [*kill_problems(kill, EPOCHS), *errors]
+    record(
+        area="fault",
+        what=(
+            f"a worker process (rank {KILLED_RANK} of 3, real torch over gloo) SIGKILLed mid-epoch "
+            f"{kill.epochs_done + 1} of {EPOCHS}; checkpoints every epoch"
+        ),
+        trials=1,
+        survived=0 if killed else 1,
+        lost="nothing: only the unfinished epoch was trained again" if not killed else "; ".join(killed),
+        checks=(
+            "the job restarted once (status.restarts 1); the new rank 0 resumed from the newest "
+            "checkpoint, which held every finished epoch; the restarted workers trained exactly the "
+            "remaining epochs and the job Succeeded"
+        ),
+    )
+    down = [*outage_problems(outage), *errors]
+    record(
+        area="fault",
+        what=(
+            f"Prometheus stopped for {outage.down_seconds:.0f} s (a whole epoch, several rebalancer passes) "
+            "and started again while the operator rebalanced a running torch job"
+        ),
+        trials=1,
+        survived=0 if down else 1,
+        lost="nothing" if not down else "; ".join(down),
+        checks=(
+            "MetricsAvailable=False (PrometheusUnavailable) and the outage in the operator's log; no plan "
+            "written and no rebalance recorded without metrics; the job kept Running on its plan; "
+            "MetricsAvailable=True again once Prometheus was back; the same operator process throughout"
+        ),
+    )
+    assert not killed, killed
+    assert not down, down
+
+
+def kill_a_worker_mid_epoch(bed: Testbed, cluster: Cluster, seen: KillSeen) -> None:
+    namespace = cluster.namespace
+    rank0 = wait_for(lambda: worker_run(bed, namespace, JOB, 0, 0), 30, "rank 0's process")
+    wait_for(rank0.progress, 120, "the first epoch to end")
+    time.sleep(1.0)  # into the next epoch
+    victim = worker_run(bed, namespace, JOB, 0, KILLED_RANK)
+    assert victim is not None and victim.pid is not None, "no process for the worker to kill"
+    finished = rank0.progress()
+    seen.checkpoints = checkpoints(bed, namespace, JOB)
+    os.kill(victim.pid, signal.SIGKILL)
+    seen.mid_epoch = len(rank0.progress()) == len(finished)
+    seen.epochs_done = finished[-1]["epoch"]
+    restarted = cluster.until(
+        lambda s: s.phase(JOB) == "Running" and (generation(s, JOB) or 0) >= 1, 120, "the job to run again"
+    )
+    seen.restarts = int(status(restarted.jobs[JOB]).get("restarts") or 0)
+    seen.generation_0_epochs = [line["epoch"] for line in rank0.progress()]
+    new_rank0 = wait_for(lambda: worker_run(bed, namespace, JOB, 1, 0), 30, "the new rank 0")
+    seen.resumed = wait_for(new_rank0.resumed, 90, "the new rank 0 to resume from a checkpoint")
+
+
+def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSeen) -> None:
+    """Stop Prometheus once the restarted job has trained an epoch; start it again an epoch later."""
+    snapshot = cluster.snapshot
+    rank0 = worker_run(bed, cluster.namespace, JOB, generation(snapshot, JOB) or 0, 0)
+    assert rank0 is not None
+    wait_for(rank0.progress, 120, "an epoch after the restart")
+    before = status(cluster.until(lambda s: True, 5, "a snapshot").jobs[JOB])
+    bed.stop_component("prometheus")
+    stopped = time.monotonic()
+    try:
+        during = cluster.until(
+            lambda s: condition(s.jobs[JOB], METRICS).get("reason") == "PrometheusUnavailable",
+            30,
+            "MetricsAvailable=False (PrometheusUnavailable)",
+        )
+        seen.condition_during = condition(during.jobs[JOB], METRICS)
+        # A whole epoch and several rebalancer passes without metrics: with them, it would have
+        # measured the epoch and decided by now.
+        epochs = len(rank0.progress())
+        wait_for(lambda: len(rank0.progress()) > epochs, 60, "an epoch during the outage")
+        time.sleep(max(0.0, stopped + MIN_OUTAGE_SECONDS - time.monotonic()))
+        after = status(cluster.until(lambda s: True, 5, "a snapshot").jobs[JOB])
+        seen.phase_during = after.get("phase")
+        seen.plans = ((before.get("plan") or {}).get("version"), (after.get("plan") or {}).get("version"))
+        seen.rebalances = (len(before.get("rebalances") or []), len(after.get("rebalances") or []))
+    finally:
+        bed.start_component("prometheus")
+        seen.down_seconds = time.monotonic() - stopped
+    back = cluster.until(
+        lambda s: condition(s.jobs[JOB], METRICS).get("status") == "True" or s.phase(JOB) != "Running",
+        90,
+        "MetricsAvailable=True again",
+    )
+    seen.condition_after = condition(back.jobs[JOB], METRICS)
