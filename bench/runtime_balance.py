@@ -247,6 +247,9 @@ def worker_main(config: dict[str, Any]) -> None:
             "even_efficiency": even_report["samples_per_s"] / sum(even_report["worker_solo_samples_per_s"]),
         }
         Path(config["out"]).write_text(json.dumps(result, indent=2))
+    # Everyone leaves together: a rank tearing its connections down while another still uses them
+    # makes gloo abort that process.
+    dist.barrier()
     dist.destroy_process_group()
 
 
