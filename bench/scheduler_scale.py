@@ -110,33 +110,65 @@ class PlacementWatch:
         self._wanted: dict[str, int] = {}  # job key -> GPUs allocated (total pods wanted)
         self._placed: set[str] = set()
         self.all_placed_at: float | None = None
-        self._responses: list[Any] = []
-        core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
-        streams = {
-            "pods": lambda: core.list_pod_for_all_namespaces(
-                watch=True, label_selector=names.LABEL_JOB, _preload_content=False, timeout_seconds=900
-            ),
-            "jobs": lambda: custom.list_cluster_custom_object(
-                *JOBS_API, watch=True, _preload_content=False, timeout_seconds=900
-            ),
-        }
-        for kind, open_stream in streams.items():
-            response = open_stream()
-            self._responses.append(response)
-            threading.Thread(target=self._follow, args=(kind, response), daemon=True).start()
+        self._stopped = False
+        self._responses: dict[str, Any] = {}
+        self._core = kubernetes.client.CoreV1Api(api)
+        self._custom = kubernetes.client.CustomObjectsApi(api)
+        for kind in ("pods", "jobs"):
+            version = self._relist(kind)
+            threading.Thread(target=self._follow, args=(kind, version), daemon=True).start()
 
-    def _follow(self, kind: str, response: Any) -> None:
-        buffer = b""
-        try:
-            for chunk in response.stream(65536):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
+    def _request(self, kind: str, **options: Any) -> Any:
+        if kind == "pods":
+            return self._core.list_pod_for_all_namespaces(
+                label_selector=names.LABEL_JOB, _preload_content=False, **options
+            )
+        return self._custom.list_cluster_custom_object(*JOBS_API, _preload_content=False, **options)
+
+    def _relist(self, kind: str) -> str:
+        """Start over from a list (at first, and when the API server ends a watch that fell behind)."""
+        listed = json.loads(self._request(kind).data)
+        with self._lock:
+            if kind == "pods":
+                self._pods.clear()
+                self._bound.clear()
+            else:
+                self._wanted.clear()
+        handle = self._on_pod if kind == "pods" else self._on_job
+        for item in listed["items"]:
+            handle("ADDED", item)
+        with self._lock:
+            for job in list(self._wanted):
+                self._update(job)
+        return str(listed["metadata"]["resourceVersion"])
+
+    def _follow(self, kind: str, version: str) -> None:
+        handle = self._on_pod if kind == "pods" else self._on_job
+        while not self._stopped:
+            try:
+                response = self._request(kind, watch=True, resource_version=version, timeout_seconds=900)
+                self._responses[kind] = response
+                buffer = b""
+                for chunk in response.stream(65536):
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
                         event = json.loads(line)
-                        (self._on_pod if kind == "pods" else self._on_job)(event["type"], event["object"])
-        except Exception:  # the stream is closed by stop()
-            return
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(event["object"].get("message", "watch error"))
+                        handle(event["type"], event["object"])
+                        version = event["object"]["metadata"]["resourceVersion"]
+            except Exception as error:  # stop() closes the stream; anything else is worth a line
+                if self._stopped:
+                    return
+                print(f"  {kind} watch ended ({error!r}); listing again", file=sys.stderr, flush=True)
+            else:
+                if self._stopped:
+                    return
+                print(f"  {kind} watch closed by the API server; listing again", file=sys.stderr, flush=True)
+            version = self._relist(kind)
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -180,7 +212,8 @@ class PlacementWatch:
             return sum(self._bound.values())
 
     def stop(self) -> None:
-        for response in self._responses:
+        self._stopped = True
+        for response in self._responses.values():
             response.close()
 
 
@@ -289,10 +322,17 @@ def run(
             created = time.monotonic() - t0
             progress.doing(f"{job_count} jobs created in {created:.1f} s")
 
-            done = 0
+            done, said = 0, 0.0
             while done < job_count and time.monotonic() - t0 < 600:
                 done, pods = watch.placed(), watch.bound_pods()
                 progress.reached(done, f"{pods} pods")
+                if not sys.stderr.isatty() and time.monotonic() - said > 10:
+                    said = time.monotonic()
+                    print(
+                        f"  {said - t0:5.0f} s: {done} jobs placed, {pods} pods bound",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 time.sleep(0.5)
             elapsed = (watch.all_placed_at or time.monotonic()) - t0
             watch.stop()
