@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 from tests.ship.cluster_helpers import service_account_kubeconfig
-from tests.ship.helm_chart import CHART, helm
+from tests.ship.helm_chart import helm, install_chart
 
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
@@ -72,19 +72,7 @@ def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount
     }
     kubeconfig = str(testbed.kubeconfig)
     testbed.kubectl("create", "namespace", namespace)
-    helm(
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--kubeconfig",
-        kubeconfig,
-        "-f",
-        "-",
-        home=home,
-        input=yaml.safe_dump(values),
-    )
+    install_chart(release, namespace, kubeconfig, values, home)
     fullname = f"{release}-heterotrain"
     try:
         yield ChartAccount(namespace, fullname, f"{fullname}-cluster")

@@ -101,8 +101,9 @@ def _current_pods(snapshot: Snapshot, job: str, generation: int) -> list[dict[st
     return [p for p in snapshot.job_pods(job) if rank_and_generation(p)[1] == generation]
 
 
-def next_move(life: Lifecycle, snapshot: Snapshot, now: float) -> Move:
-    """What to do to one lifecycle now; settles it (done, problems) once it has come to rest."""
+def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool = True) -> Move:
+    """What to do to one lifecycle now; settles it (done, problems) once it has come to rest.
+    With `may_act` False it only watches: no move is made (and none is used up)."""
     if life.done:
         return None
     body = snapshot.jobs.get(life.name)
@@ -110,6 +111,8 @@ def next_move(life: Lifecycle, snapshot: Snapshot, now: float) -> Move:
     if phase and (not life.phases_seen or life.phases_seen[-1] != phase):
         life.phases_seen.append(phase)
     if life.kind is Kind.DELETE:
+        if not life.deleted and not may_act:
+            return None
         return _deleting(life, snapshot, body, phase, now)
     want_phase, want_restarts = EXPECTED[life.kind]
     if body is None:
@@ -127,6 +130,8 @@ def next_move(life: Lifecycle, snapshot: Snapshot, now: float) -> Move:
         return None
     if generation in life.failed_generations | life.finished_generations:
         return None  # one move per generation; the operator acts next
+    if not may_act:
+        return None
     if life.kind is Kind.FAIL_OUT or (life.kind is Kind.FAIL_ONCE and not life.failed_generations):
         life.failed_generations.add(generation)
         rank0 = min(pods, key=lambda p: rank_and_generation(p)[0])

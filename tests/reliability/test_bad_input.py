@@ -27,6 +27,7 @@ from tests.operator.conftest import gpu_classes_tolerating_kwok
 from tests.operator.live import Jobs, OperatorProcess, account_kubeconfig, chart_service_account, wait_for
 
 from hetero_operator import metric_names
+from hetero_operator.controller import names
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
 from hetero_operator.testbed.cluster import Testbed
@@ -290,6 +291,124 @@ def test_generated_specs_are_refused_naming_the_field_or_handled_with_a_conditio
         "job after",
     )
     assert trials >= SPEC_EXAMPLES // 2, f"only {trials} specs sent before the deadline"
+    assert not problems, problems
+
+
+# --- specs the schema accepts but nobody can honour ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Impossible:
+    """A schema-valid spec change that cannot run, and the words its condition must contain."""
+
+    what: str
+    spec: dict[str, Any]
+    condition: str  # Valid (refused by the operator) or Placed (waits, saying why)
+    names: tuple[str, ...]
+
+
+impossible_specs = st.one_of(
+    st.from_regex(r"[a-z][a-z0-9]{2,10}", fullmatch=True).map(
+        lambda cls: Impossible(
+            f"gpuClasses [{cls}-missing]", {"gpuClasses": [f"{cls}-missing"]}, "Placed", (f"{cls}-missing",)
+        )
+    ),
+    st.integers(min_value=100, max_value=4096).map(
+        lambda n: Impossible(
+            f"gpus {n}",
+            {"gpus": {"min": n, "max": n}, "batch": {"global": 8192}},
+            "Placed",
+            ("gpus.min", str(n)),
+        )
+    ),
+    st.sampled_from(["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]).map(
+        lambda var: Impossible(
+            f"env {var}", {"env": [{"name": var, "value": "7"}]}, "Valid", ("spec.env", var)
+        )
+    ),
+    st.sampled_from([2, 3, 4]).map(
+        lambda size: Impossible(
+            f"virtualWorkerSize {size} with gpus 5",
+            {
+                "gpus": {"min": 5, "max": 5},
+                "parallelism": {"strategy": "hetpipe", "hetpipe": {"virtualWorkerSize": size}},
+            },
+            "Valid",
+            ("virtualWorkerSize",),
+        )
+    ),
+)
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(240)
+def test_specs_the_schema_accepts_but_nobody_can_honour_get_a_condition_naming_why(
+    spec_bed: SpecBed, record: Record
+) -> None:
+    jobs = Jobs(spec_bed.testbed, spec_bed.namespace)
+    sent: dict[str, Impossible] = {}
+    counter = iter(range(10**6))
+
+    @settings(max_examples=16, deadline=None, database=None, phases=[Phase.generate])
+    @given(case=impossible_specs)
+    def send(case: Impossible) -> None:
+        name = f"impossible-{next(counter)}"
+        body = jobs.manifest(name, gpus=1)
+        body["spec"].update(case.spec)
+        spec_bed.custom.create_namespaced_custom_object(
+            "heterotrain.io",
+            "v1alpha1",
+            spec_bed.namespace,
+            "heterotrainjobs",
+            body,
+            field_validation="Strict",
+        )
+        sent[name] = case
+
+    send()
+
+    def said(item: dict[str, Any], case: Impossible) -> bool:
+        conditions = {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
+        found = conditions.get(case.condition) or {}
+        return found.get("status") == "False" and all(n in found.get("message", "") for n in case.names)
+
+    def listed() -> dict[str, dict[str, Any]]:
+        items = spec_bed.custom.list_namespaced_custom_object(
+            "heterotrain.io", "v1alpha1", spec_bed.namespace, "heterotrainjobs"
+        )["items"]
+        return {item["metadata"]["name"]: item for item in items}
+
+    with_reason: set[str] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(with_reason) < len(sent):
+        items = listed()
+        with_reason = {name for name, case in sent.items() if name in items and said(items[name], case)}
+        time.sleep(1)
+    items = listed()
+    problems = [
+        f"{case.what}: no {case.condition}=False naming {case.names}; status: "
+        f"{json.dumps((items.get(name) or {}).get('status'))[:400]}"
+        for name, case in sent.items()
+        if name not in with_reason
+    ]
+    pods = [p for p in jobs.pods() if p["metadata"]["labels"].get(names.LABEL_JOB) in sent]
+    if pods:
+        problems.append(f"{len(pods)} pods created for jobs that cannot run")
+    alive = spec_bed.operator.process is not None and spec_bed.operator.process.poll() is None
+    if not alive:
+        problems.append("the operator process exited")
+    record(
+        area="bad input",
+        what="hypothesis-generated specs the schema accepts but nobody can honour: unknown GPU classes, "
+        "more GPUs than the cluster has, reserved env variables, a virtual-worker size no GPU count fits",
+        trials=len(sent),
+        survived=len(with_reason),
+        lost="nothing" if not problems else "; ".join(problems)[:2000],
+        checks="Valid=False (refused by the operator) or Placed=False (waits) with a message naming the "
+        "field or the value; no pod created; the operator stays up",
+    )
+    jobs.kubectl("delete", "htj", "--all", "--wait=false")
+    assert len(sent) >= 8
     assert not problems, problems
 
 

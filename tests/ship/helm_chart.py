@@ -47,6 +47,25 @@ def helm(
     return result
 
 
+def install_chart(
+    release: str, namespace: str, kubeconfig: str, values: Mapping[str, Any], home: Path
+) -> subprocess.CompletedProcess[str]:
+    """`helm install` of the chart into `namespace` with `values`."""
+    return helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        kubeconfig,
+        "-f",
+        "-",
+        home=home,
+        input=yaml.safe_dump(dict(values)),
+    )
+
+
 def render(
     values: Mapping[str, Any], home: Path, release: str = "ht", namespace: str = "heterotrain-system"
 ) -> list[Manifest]:

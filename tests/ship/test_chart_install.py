@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from cluster_helpers import adopt_crds_into_release, get_json
-from helm_chart import CHART, helm
+from helm_chart import helm, install_chart
 
 from hetero_operator.dashboards import DASHBOARDS
 from hetero_operator.ship.chart_crds import chart_crds
@@ -37,19 +36,7 @@ def release(testbed: Testbed, namespace: str, helm_home: Path) -> Iterator[str]:
     """The chart installed as a namespaced release; hook objects it leaves behind are removed after."""
     kubeconfig = str(testbed.kubeconfig)
     adopt_crds_into_release(testbed, CRD_NAMES, RELEASE, namespace)
-    result = helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--kubeconfig",
-        kubeconfig,
-        "-f",
-        "-",
-        home=helm_home,
-        input=yaml.safe_dump(VALUES),
-    )
+    result = install_chart(RELEASE, namespace, kubeconfig, VALUES, helm_home)
     assert "kubectl get htj" in result.stdout  # NOTES.txt
     try:
         yield namespace

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 from cluster_helpers import get_json, service_account_kubeconfig, wait_until
-from helm_chart import CHART, REPO_ROOT, helm
+from helm_chart import REPO_ROOT, helm, install_chart
 
 from hetero_operator.testbed.cluster import Testbed
 
@@ -65,19 +65,7 @@ def chart_release(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[
     }
     home = tmp_path / "helm"
     kubeconfig = str(testbed.kubeconfig)
-    helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        namespace,
-        "--kubeconfig",
-        kubeconfig,
-        "-f",
-        "-",
-        home=home,
-        input=yaml.safe_dump(values),
-    )
+    install_chart(RELEASE, namespace, kubeconfig, values, home)
     testbed.apply_objects(example_gpu_classes())
     try:
         yield namespace
