@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kopf
 
-from hetero_operator.controller import capacity, handlers, names, rebalancing
+from hetero_operator.controller import handlers, names, rebalancing
 from hetero_operator.controller.k8s import connection_info
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.peering import (
@@ -24,7 +24,7 @@ from hetero_operator.controller.scheduling_loop import LoopConfig
 from hetero_operator.rebalance.runner import RebalancerSettings
 
 # Importing the modules registers the handlers and indexes with kopf.
-assert handlers and rebalancing and capacity
+assert handlers and rebalancing
 
 
 @dataclass(frozen=True)

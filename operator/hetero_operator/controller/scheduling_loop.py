@@ -27,7 +27,7 @@ import aiohttp
 from hetero_operator.controller import launcher, names
 from hetero_operator.controller.conditions import owned_by_loop, patch_status
 from hetero_operator.controller.facts import JobFacts
-from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
+from hetero_operator.controller.inventory import ClusterView, build_snapshot, gpu_capacity, job_request
 from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KubeClient, KubeError, path_of
 from hetero_operator.controller.lifecycle import (
     HOLDING_PHASES,
@@ -52,8 +52,8 @@ from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
 from hetero_operator.controller.validation import semantic_problems
 from hetero_operator.plan import Plan as PlanDocument
+from hetero_operator.resources import GROUP, VERSION, HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
 from hetero_operator.resources import Allocation as StatusAllocation
-from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
 from hetero_operator.scheduler import Allocation, Decisions, SchedulerConfig, schedule
 
 log = logging.getLogger(__name__)
@@ -85,29 +85,19 @@ class LoopConfig:
 
 @dataclass
 class _Work:
-    """One job in one cycle. `job` carries the status decided so far; `stored` is the status the API
-    server has, so a status decided in several steps of a cycle is written once, as one patch."""
+    """One job in one cycle. `job` carries the status decided so far (lifecycle step, then the
+    scheduler's decision); `_flush` writes it once, as one patch against `stored`, and then runs
+    `after` (pod deletions, creations, Events) in the order the cycle queued them."""
 
     facts: JobFacts
     job: HeteroTrainJob
     step: Step
     stored: HeteroTrainJobStatus = field(default_factory=HeteroTrainJobStatus)
+    after: list[Callable[[HeteroTrainJob], Awaitable[None]]] = field(default_factory=list)
 
 
 def _status_of(job: HeteroTrainJob) -> HeteroTrainJobStatus:
     return job.status or HeteroTrainJobStatus()
-
-
-def _only_status(step: Step) -> bool:
-    return not (
-        step.ensure_generation
-        or step.delete_pods
-        or step.force_delete_pods
-        or step.request_checkpoint
-        or step.events
-        or step.restarted
-        or step.wake_in is not None
-    )
 
 
 def status_patch(old: HeteroTrainJobStatus, new: HeteroTrainJobStatus) -> dict[str, Any]:
@@ -117,6 +107,17 @@ def status_patch(old: HeteroTrainJobStatus, new: HeteroTrainJobStatus) -> dict[s
     patch: dict[str, Any] = {key: value for key, value in after.items() if before.get(key) != value}
     patch.update({key: None for key in before if key not in after})
     return patch
+
+
+def _involved(namespace: str, name: str, uid: str) -> dict[str, str]:
+    """The `involvedObject` of an Event about a job."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "HeteroTrainJob",
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+    }
 
 
 def arrival_times(jobs: Iterable[JobFacts], now: float) -> dict[str, float]:
@@ -360,7 +361,7 @@ class SchedulingLoop:
         self._apply_decisions(decisions, work, view, now)
         for item in work.values():
             self._flush(item)
-        self._export(work, decisions)
+        self._export(work, decisions, view)
         log.debug(
             "cycle: %d jobs, lifecycle+view %.3f s, schedule %.3f s, apply %.3f s (%d placed)",
             len(work),
@@ -402,42 +403,34 @@ class SchedulingLoop:
 
         task.add_done_callback(done)
 
-    async def drain(self) -> None:
-        """Wait until every queued write has gone through (for tests and a clean stop)."""
-        while self._chains:
-            await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
-
     # --- lifecycle actions ----------------------------------------------------------------------
 
     def _apply_step(self, item: _Work, view: ClusterView) -> None:
-        step, job, namespace = item.step, item.job, item.facts.namespace
-        if _only_status(step):
-            # Nothing depends on this status being stored yet: the scheduler's decision may add
-            # to it, and `_flush` writes the result once.
-            item.job = job.model_copy(update={"status": step.status})
-            return
+        step, namespace = item.step, item.facts.namespace
+        item.job = item.job.model_copy(update={"status": step.status})
         create = step.ensure_generation and self._due_for_creation(item.facts, step.status)
-
-        async def then(job_now: HeteroTrainJob) -> None:
-            for name in step.force_delete_pods:
-                await self.client.delete(path_of("Pod", namespace, name), grace_seconds=0)
-            for name in step.delete_pods:
-                await self.client.delete(path_of("Pod", namespace, name))
-            await self._request_checkpoint(namespace, step.request_checkpoint)
-            if create:
-                self._background(self._create_generation(job_now, view, replace_plan=False))
-            for event in step.events:
-                self._background(self._event(job, event))
-
-        job_now = self._write_status(item, step.status, then)
         if create:
-            self._mark_creating(item.facts, job_now)
+            self._mark_creating(item.facts, step.status)
+        if create or step.force_delete_pods or step.delete_pods or step.request_checkpoint or step.events:
+
+            async def then(job_now: HeteroTrainJob) -> None:
+                for name in step.force_delete_pods:
+                    await self.client.delete(path_of("Pod", namespace, name), grace_seconds=0)
+                for name in step.delete_pods:
+                    await self.client.delete(path_of("Pod", namespace, name))
+                await self._request_checkpoint(namespace, step.request_checkpoint)
+                if create:
+                    self._background(self._create_generation(job_now, view, replace_plan=False))
+                for event in step.events:
+                    self._background(self._event(job_now, event))
+
+            item.after.append(then)
         if step.restarted:
             self.metrics.restarts.inc()
         self._wake_in(step.wake_in)
 
     def _mark_invalid(self, facts: JobFacts, problems: list[str], now: float) -> None:
-        """Valid=False naming every problem (the create handler writes the same for quick feedback)."""
+        """Valid=False naming every problem, and an InvalidSpec Event."""
         current = facts.model.status if facts.model is not None else None
         status = invalid(current, problems, now)
         if current is not None and status == current:
@@ -455,36 +448,25 @@ class SchedulingLoop:
         body = await patch_status(self.client, path, status.to_wire(), owned_by_loop)
         if body is not None:
             self._written[facts.key] = JobFacts.from_body(body)
-            involved = {
-                "apiVersion": str(body.get("apiVersion", "")),
-                "kind": "HeteroTrainJob",
-                "name": facts.name,
-                "namespace": facts.namespace,
-                "uid": facts.uid,
-            }
+            involved = _involved(facts.namespace, facts.name, facts.uid)
             message = "; ".join(problems)
             self._background(self.client.post_event(involved, "Warning", "InvalidSpec", message))
 
     def _flush(self, item: _Work) -> None:
-        self._write_status(item, _status_of(item.job))
-
-    def _write_status(
-        self,
-        item: _Work,
-        new: HeteroTrainJobStatus,
-        then: Callable[[HeteroTrainJob], Awaitable[None]] | None = None,
-    ) -> HeteroTrainJob:
-        """Queue a patch of the status if it differs from the stored one, and `then` after it (not if
-        the job is gone). Returns the job with the new status, which cycles assume until it is stored."""
+        """Queue the job's one status patch for this cycle (if anything changed), then its actions.
+        Until the patch is stored, cycles see the new status (assumed)."""
+        new, afters, key = _status_of(item.job), list(item.after), item.facts.key
         patch = status_patch(item.stored, new)
-        job = item.job.model_copy(update={"status": new})
-        item.job = job
-        key = item.facts.key
+        job = item.job
+
+        async def run_afters() -> None:
+            for after in afters:
+                await after(job)
+
         if not patch:
-            if then is not None:
-                self._enqueue(key, lambda: then(job))
-            return job
-        item.stored = new
+            if afters:
+                self._enqueue(key, run_afters)
+            return
         assumed = replace(item.facts, model=job, phase=new.phase.value if new.phase else None)
         self._assumed[key] = assumed
         path = path_of("HeteroTrainJob", item.facts.namespace, item.facts.name, "status")
@@ -498,11 +480,9 @@ class SchedulingLoop:
             if body is None:
                 return  # the job is gone
             self._written[key] = JobFacts.from_body(body)
-            if then is not None:
-                await then(job)
+            await run_afters()
 
         self._enqueue(key, write)
-        return job
 
     async def _request_checkpoint(self, namespace: str, pods: Iterable[str]) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -545,9 +525,9 @@ class SchedulingLoop:
         conditions = [c.to_wire() for c in _status_of(facts.model).conditions]
         return {"metadata": {"resourceVersion": facts.resource_version}, "status": {"conditions": conditions}}
 
-    def _mark_creating(self, facts: JobFacts, job: HeteroTrainJob) -> None:
+    def _mark_creating(self, facts: JobFacts, status: HeteroTrainJobStatus) -> None:
         """Creation is queued behind the status write: later cycles must not queue it again."""
-        allocation = _status_of(job).allocation
+        allocation = status.allocation
         if allocation is not None:
             self._created[(facts.key, facts.uid, allocation.generation)] = _Creation(
                 time.monotonic(), "queued"
@@ -617,13 +597,7 @@ class SchedulingLoop:
         )
 
     async def _event(self, job: HeteroTrainJob, event: JobEvent) -> None:
-        involved = {
-            "apiVersion": job.api_version,
-            "kind": "HeteroTrainJob",
-            "name": job.name,
-            "namespace": job.namespace,
-            "uid": str(job.metadata.get("uid", "")),
-        }
+        involved = _involved(job.namespace, job.name, str(job.metadata.get("uid", "")))
         try:
             await self.client.post_event(involved, event.type, event.reason, event.message)
         except KubeError as error:
@@ -681,12 +655,12 @@ class SchedulingLoop:
             self._background(self._create_generation(job_now, view, replace_plan=True))
             self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
 
-        job_now = self._write_status(item, placed(job, chosen, plan_status(plan), predicted, now), then)
-        self._mark_creating(item.facts, job_now)
+        item.job = job.model_copy(update={"status": placed(job, chosen, plan_status(plan), predicted, now)})
+        item.after.append(then)
+        self._mark_creating(item.facts, _status_of(item.job))
         self.metrics.placements.inc()
 
     def _wait(self, item: _Work, message: str, now: float) -> None:
-        # Written by `_flush` with whatever else changed for this job in the cycle.
         item.job = item.job.model_copy(update={"status": waiting(item.job, message, now)})
 
     def _stop(self, item: _Work, reason: DrainReason, message: str, view: ClusterView, now: float) -> None:
@@ -700,13 +674,14 @@ class SchedulingLoop:
             await self._request_checkpoint(item.facts.namespace, pods)
             self._background(self._event(job_now, event))
 
-        self._write_status(item, draining(item.job, reason, message, now), then)
+        item.job = item.job.model_copy(update={"status": draining(item.job, reason, message, now)})
+        item.after.append(then)
         self.metrics.preemptions.inc()
         self._wake_in(self.config.lifecycle.checkpoint_grace_seconds)
 
     # --- metrics --------------------------------------------------------------------------------
 
-    def _export(self, work: Mapping[str, _Work], decisions: Decisions) -> None:
+    def _export(self, work: Mapping[str, _Work], decisions: Decisions, view: ClusterView) -> None:
         phases: Counter[str] = Counter()
         for item in work.values():
             phase = _status_of(item.job).phase
@@ -714,3 +689,5 @@ class SchedulingLoop:
         self.metrics.set_jobs_by_phase(phases)
         self.metrics.set_queue_lengths(decisions.metrics.queue_length)
         self.metrics.set_gpus_allocated(decisions.metrics.gpus_allocated)
+        # Capacity changes with nodes and pods; their index events wake a cycle, so it is current here.
+        self.metrics.set_gpu_capacity(gpu_capacity(view))
