@@ -300,3 +300,34 @@ def test_a_rebalance_that_measured_slower_is_undone_and_the_split_settles() -> N
     assert back is not None and back.plan is not None
     assert back.plan.version == 3 and back.plan.local_batches == EVEN.local_batches
     assert back.plan.apply_at_epoch == 4
+
+
+def test_adaptive_total_batch_moves_even_when_the_fitted_model_is_not_trusted() -> None:
+    # A fit that misjudges the step falls back to per-sample speeds; the total batch still follows
+    # goodput on that model (the measured communication is its fixed cost per step).
+    history = record({}, simulate(EVEN, fixed_ms=30.0), EVEN)
+    first = decide(EVEN, history, policy(), simulate(EVEN, fixed_ms=30.0), apply_at_epoch=2)
+    assert first.plan is not None
+    honest = simulate(first.plan, fixed_ms=30.0)
+    history = record(history, honest, first.plan)
+    slow = JobMeasurements(
+        honest.plan_version,
+        honest.epoch,
+        tuple(
+            WorkerMeasurement(
+                w.rank,
+                w.steps,
+                w.compute_seconds,
+                w.sync_start_seconds,
+                w.comm_seconds + 0.05,
+                w.step_seconds * 3,
+            )
+            for w in honest.workers
+        ),
+        noise_scale=1e6,
+    )
+    decision = decide(first.plan, history, policy(adaptive=True, min_improvement=0.01), slow, 3)
+    assert decision.stage == "inverse_time"
+    assert decision.plan is not None and decision.plan.global_batch > first.plan.global_batch
+    assert 70 <= decision.plan.global_batch <= 560
+    assert sum(decision.plan.local_batches) == decision.plan.global_batch

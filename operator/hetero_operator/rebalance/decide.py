@@ -10,9 +10,11 @@ import numpy as np
 
 from hetero_operator.plan import Plan, Strategy
 from hetero_operator.planner import (
+    ClusterModel,
     LrScaling,
     PerfSample,
     PlanningError,
+    WorkerModel,
     WorkerSpec,
     choose_global_batch,
     lr_factor,
@@ -20,7 +22,7 @@ from hetero_operator.planner import (
     optimal_split,
     predict_iteration_time,
 )
-from hetero_operator.planner.fitting import WarmupStage
+from hetero_operator.planner.fitting import MIN_SLOPE_MS, WarmupStage, fit_communication
 from hetero_operator.planner.goodput import geometric_candidates
 from hetero_operator.rebalance.measurements import JobMeasurements
 
@@ -105,6 +107,28 @@ def _per_sample_ms(history: History, ranks: int) -> list[float]:
     return out
 
 
+def speed_model(history: History, workers: Sequence[WorkerSpec]) -> ClusterModel:
+    """Each worker's latest per-sample times as lines through the origin, with the measured
+    communication as the fixed cost of a step: the model behind the inverse-time split."""
+    models = []
+    for rank, spec in enumerate(workers):
+        latest = history[rank][-1]
+        batch = max(latest.batch, 1)
+        models.append(
+            WorkerModel(
+                alpha=max(latest.compute_ms / batch, MIN_SLOPE_MS),
+                beta=0.0,
+                alpha_sync=max(latest.sync_start_ms / batch, 0.0),
+                beta_sync=0.0,
+                min_batch=spec.min_batch,
+                max_batch=spec.max_batch,
+                name=spec.name,
+            )
+        )
+    t_o, t_u = fit_communication([history[rank] for rank in range(len(workers))])
+    return ClusterModel(tuple(models), t_o=t_o, t_u=t_u)
+
+
 def _predict_ms(per_sample_ms: Sequence[float], batches: Sequence[int]) -> float:
     return float(np.max(np.asarray(per_sample_ms) * np.asarray(batches)))
 
@@ -144,6 +168,7 @@ def decide(
         )
 
     lr_scale = current.learning_rate_scale
+    fitted = split.cluster
     if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
         model_error = abs(predict_iteration_time(split.cluster, current.local_batches) / 1e3 - measured_s)
         if model_error > MAX_MODEL_ERROR * measured_s:
@@ -151,29 +176,35 @@ def decide(
             latest = {str(rank): samples[-1:] for rank, samples in usable.items()}
             split = next_split(global_batch, workers, latest)
     if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
-        cluster = split.cluster
-        predicted_current = predict_iteration_time(cluster, current.local_batches)
+        model = split.cluster
+        predicted_current = predict_iteration_time(model, current.local_batches)
         new_batches = split.local_batches
-        predicted_new = split.predicted_ms or predict_iteration_time(cluster, new_batches)
-        if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
-            candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
-            best = choose_global_batch(cluster, candidates, measured.noise_scale, policy.base_global_batch)
-            if best.global_batch != global_batch:
-                chosen = optimal_split(cluster, best.global_batch)
-                # Compare goodput (samples per ms weighted by statistical efficiency), not step time.
-                table_now = choose_global_batch(
-                    cluster, [global_batch], measured.noise_scale, policy.base_global_batch
-                )
-                if best.goodput >= table_now.goodput * (1 + policy.min_improvement):
-                    global_batch = best.global_batch
-                    new_batches = chosen.local_batches
-                    predicted_new = chosen.iteration_time
-                    lr_scale = lr_factor(policy.lr_scaling, global_batch, policy.base_global_batch)
+        predicted_new = split.predicted_ms or predict_iteration_time(model, new_batches)
     else:
+        model = speed_model(usable, workers)
         per_sample = _per_sample_ms(usable, ranks)
         new_batches = split.local_batches
         predicted_current = _predict_ms(per_sample, current.local_batches)
         predicted_new = _predict_ms(per_sample, new_batches)
+    if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
+        # Goodput ranks total batches the same under a model that is off by a constant factor, so a
+        # fit too far off to set the split still chooses the total (lines through the origin cannot
+        # see a step's fixed cost); the split at that total comes from the model that set the split.
+        ranking = fitted if fitted is not None else model
+        candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
+        best = choose_global_batch(ranking, candidates, measured.noise_scale, policy.base_global_batch)
+        if best.global_batch != global_batch:
+            # Compare goodput (samples per ms weighted by statistical efficiency), not step time.
+            table_now = choose_global_batch(
+                ranking, [global_batch], measured.noise_scale, policy.base_global_batch
+            )
+            if best.goodput >= table_now.goodput * (1 + policy.min_improvement):
+                chosen = optimal_split(model, best.global_batch)
+                predicted_current = predict_iteration_time(model, current.local_batches)
+                global_batch = best.global_batch
+                new_batches = chosen.local_batches
+                predicted_new = chosen.iteration_time
+                lr_scale = lr_factor(policy.lr_scaling, global_batch, policy.base_global_batch)
 
     changed_batch = global_batch != current.global_batch
     gain = predicted_current / predicted_new - 1 if predicted_new > 0 else 0.0
