@@ -103,7 +103,7 @@ def worker_main(config: dict[str, Any]) -> None:
             total += float(loss.detach())
         return total
 
-    def run_phase(name: str, split: list[int], steps: int, planned_total: int) -> dict[str, float]:
+    def run_phase(name: str, split: list[int], steps: int, planned_total: int) -> dict[str, Any]:
         """Run `steps` synchronous steps; this rank's means (seconds) and the phase's wall time."""
         nonlocal steps_done
         computes, syncs, comms, step_times, cpus = [], [], [], [], []
@@ -138,6 +138,7 @@ def worker_main(config: dict[str, Any]) -> None:
             "wall": wall,
             "cpu_per_sample": float(np.sum(cpus)) / (b * steps),
             "overrun": (simulator.overrun_seconds - overrun_before) / steps,
+            "computes": computes,
         }
 
     def gather(value: Any) -> list[Any]:
@@ -145,7 +146,11 @@ def worker_main(config: dict[str, Any]) -> None:
         dist.all_gather_object(out, value)
         return out
 
-    def phase_report(split: list[int], steps: int, means: list[dict[str, float]]) -> dict[str, Any]:
+    def phase_report(split: list[int], steps: int, means: list[dict[str, Any]]) -> dict[str, Any]:
+        # Where a synchronous step's time goes beyond the workers' mean compute: the slowest mean
+        # (split imbalance), the slowest worker of each step (step-to-step jitter), and the rest
+        # (all-reduce, optimizer, waking up).
+        slowest_per_step = np.max(np.array([m["computes"] for m in means]), axis=0)
         return {
             "local_batches": split,
             "samples_per_s": global_batch * steps / max(m["wall"] for m in means),
@@ -153,13 +158,14 @@ def worker_main(config: dict[str, Any]) -> None:
             "worker_comm_ms": [m["comm"] * 1e3 for m in means],
             "worker_step_ms": [m["step"] * 1e3 for m in means],
             "worker_solo_samples_per_s": [split[r] / means[r]["compute"] for r in range(world)],
+            "slowest_compute_per_step_ms": float(np.mean(slowest_per_step)) * 1e3,
             # Diagnostics of the host: CPU time per sample (drifts when the host is contended) and
             # the wall time per step the simulator could not absorb (0 = speeds met exactly).
             "worker_cpu_us_per_sample": [m["cpu_per_sample"] * 1e6 for m in means],
             "worker_overrun_ms": [m["overrun"] * 1e3 for m in means],
         }
 
-    def measurements(version: int, steps: int, means: list[dict[str, float]]) -> JobMeasurements:
+    def measurements(version: int, steps: int, means: list[dict[str, Any]]) -> JobMeasurements:
         workers = tuple(
             WorkerMeasurement(r, steps, m["compute"], m["sync_start"], m["comm"], m["step"])
             for r, m in enumerate(means)

@@ -116,7 +116,7 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     if memo.metrics_port:
         metrics.serve(memo.metrics_port)
     indexes = {name: kwargs[name] for name in INDEX_NAMES}
-    loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
+    loop = SchedulingLoop(client, indexes, memo.loop_config, metrics, getattr(memo, "rebalancer", None))
     memo.client, memo.metrics, memo.loop = client, metrics, loop
     peering: PeeringConfig | None = getattr(memo, "peering", None)
     # With peering, the loop runs only on the active replica: kopf pauses its own handlers on a

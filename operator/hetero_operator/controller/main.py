@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import kopf
 
-from hetero_operator.controller import handlers, names, rebalancing
+from hetero_operator.controller import handlers, names
 from hetero_operator.controller.k8s import connection_info
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.peering import (
@@ -24,7 +25,7 @@ from hetero_operator.controller.scheduling_loop import LoopConfig
 from hetero_operator.rebalance.runner import RebalancerSettings
 
 # Importing the modules registers the handlers and indexes with kopf.
-assert handlers and rebalancing
+assert handlers
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,32 @@ class OperatorOptions:
         )
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No handler here reacts to a change of an object (indexes and deletion events only), so
+    nothing needs the last handled state; kopf's own storages would deep-copy every watched body,
+    thousands of pods included, on every event to build it."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def configure(
     settings: kopf.OperatorSettings, options: OperatorOptions, peering: PeeringConfig | None = None
 ) -> None:
-    """kopf settings: its finalizer (for daemons), bookkeeping in annotations (the status schema is strict and
-    would prune kopf's own fields), short watch timeouts so lost connections heal quickly."""
-    settings.persistence.finalizer = names.DAEMON_FINALIZER
+    """kopf settings: its finalizer's name (never added: no daemons), no diff base, bookkeeping in
+    annotations (the status schema is strict and would prune kopf's own fields), short watch
+    timeouts so lost connections heal quickly."""
+    settings.persistence.finalizer = names.KOPF_FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.DEBUG if options.verbose else logging.WARNING
     settings.watching.server_timeout = options.watch_timeout_seconds
     settings.watching.client_timeout = options.watch_timeout_seconds + 10

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 GROUP = "heterotrain.io"
 FINALIZER = f"{GROUP}/cleanup"  # the scheduling loop's: a deleted job's objects go first
-# kopf's own, while a job's rebalancing daemon runs (kopf stops the daemon before a deletion ends).
-DAEMON_FINALIZER = f"{GROUP}/rebalancer"
+# kopf's own: it would add it for daemons or deletion handlers, and this operator registers neither
+# (the scheduling loop runs the rebalancers), so no job carries it.
+KOPF_FINALIZER = f"{GROUP}/kopf"
 
 LABEL_JOB = f"{GROUP}/job"
 LABEL_RANK = f"{GROUP}/rank"

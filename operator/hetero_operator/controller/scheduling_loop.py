@@ -50,8 +50,10 @@ from hetero_operator.controller.lifecycle import (
 )
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
+from hetero_operator.controller.rebalancers import Rebalancers
 from hetero_operator.controller.validation import semantic_problems
 from hetero_operator.plan import Plan as PlanDocument
+from hetero_operator.rebalance.runner import RebalancerSettings
 from hetero_operator.resources import GROUP, VERSION, HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
 from hetero_operator.resources import Allocation as StatusAllocation
 from hetero_operator.scheduler import Allocation, Decisions, SchedulerConfig, schedule
@@ -155,7 +157,9 @@ class SchedulingLoop:
         indexes: Mapping[str, Mapping[str, Iterable[object]]],
         config: LoopConfig,
         metrics: OperatorMetrics,
+        rebalancer: RebalancerSettings | None = None,
     ) -> None:
+        """`rebalancer`: where to measure running jobs; None leaves every job on its first plan."""
         self.client = client
         self.indexes = indexes
         self.config = config
@@ -172,23 +176,37 @@ class SchedulingLoop:
         self._created: dict[tuple[str, str, int], _Creation] = {}  # (job key, uid, generation)
         # Deleted jobs whose objects are being removed (before our finalizer comes off).
         self._cleaning: set[str] = set()
-        self._finalizing: set[str] = set()
+        # Jobs our finalizer was added to (job key -> (uid, when)): the watch shows it a while later,
+        # and adding it again meanwhile would cost a write per cycle.
+        self._finalizing: dict[str, tuple[str, float]] = {}
         self._limit = asyncio.Semaphore(config.concurrency)
         self._creation_limit = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.rebalancers = (
+            Rebalancers(client, rebalancer, metrics, self.freshest) if rebalancer is not None else None
+        )
         self.cycles = 0
 
     def trigger(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self.rebalancers is not None:
+                await self.rebalancers.stop()
+
+    async def _run(self) -> None:
         await self.wait_for_indexes()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._next_wake)
             # Debounce: gather the changes of a burst into one cycle, and never spend more than about
-            # half the time in cycles (creation and the watches share this event loop).
-            await asyncio.sleep(max(self.config.debounce_seconds, min(self._last_cycle_seconds, 2.0)))
+            # a third of the time in cycles (creation and the watches share this event loop, and
+            # under a burst the API server needs the CPU more than a fresher decision does).
+            pause = min(2 * self._last_cycle_seconds, 2.0)
+            await asyncio.sleep(max(self.config.debounce_seconds, pause))
             self._wake.clear()
             self._next_wake = self.config.idle_wake_seconds
             started = time.perf_counter()
@@ -251,8 +269,15 @@ class SchedulingLoop:
                 path_of("HeteroTrainJob", facts.namespace, facts.name),
                 {"metadata": {"finalizers": [*facts.finalizers, names.FINALIZER]}},
             )
-        finally:
-            self._finalizing.discard(facts.key)
+        except BaseException:
+            self._finalizing.pop(facts.key, None)  # the next cycle tries again
+            raise
+
+    def _finalizer_due(self, facts: JobFacts) -> bool:
+        added = self._finalizing.get(facts.key)
+        if added is None or added[0] != facts.uid:
+            return True
+        return time.monotonic() - added[1] > RECHECK_CREATED_SECONDS  # taken off since? add it again
 
     async def _clean_up(self, facts: JobFacts) -> None:
         """A deleted job: remove what it owns, then let the deletion finish."""
@@ -312,6 +337,7 @@ class SchedulingLoop:
             key: c for key, c in self._created.items() if c.state in ("queued", "running") or c.at > fresh
         }
         view = self._view()
+        self._finalizing = {k: v for k, v in self._finalizing.items() if k in view.jobs}
         work: dict[str, _Work] = {}
         invalid_jobs: list[tuple[JobFacts, list[str]]] = []
         arrivals = arrival_times(view.jobs.values(), now)
@@ -321,8 +347,10 @@ class SchedulingLoop:
                     self._cleaning.add(key)
                     self._background(self._clean_up(facts))
                 continue
-            if names.FINALIZER not in facts.finalizers and key not in self._finalizing:
-                self._finalizing.add(key)
+            if names.FINALIZER in facts.finalizers:
+                self._finalizing.pop(key, None)
+            elif self._finalizer_due(facts):
+                self._finalizing[key] = (facts.uid, time.monotonic())
                 self._background(self._add_finalizer(facts))
             job, problems = facts.model, list(facts.problems)
             if job is not None:
@@ -362,6 +390,8 @@ class SchedulingLoop:
         for item in work.values():
             self._flush(item)
         self._export(work, decisions, view)
+        if self.rebalancers is not None:
+            self.rebalancers.sync(view.jobs)
         log.debug(
             "cycle: %d jobs, lifecycle+view %.3f s, schedule %.3f s, apply %.3f s (%d placed)",
             len(work),
@@ -508,18 +538,22 @@ class SchedulingLoop:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _known_body(self, key: str) -> dict[str, Any] | None:
-        """The freshest resourceVersion and conditions of a job this replica has seen (the index or
-        its own last write), for the precondition of a conditions write."""
+    def freshest(self, key: str) -> JobFacts | None:
+        """The newest state of a job this replica has seen: the index or its own last write."""
         seen = [self._written.get(key)]
         for value in (self.indexes.get("htj_jobs") or {}).get(key) or ():
             if isinstance(value, JobFacts):
                 seen.append(value)
-        facts = max(
+        return max(
             (f for f in seen if f is not None and f.model is not None),
             key=lambda f: _revision(f.resource_version),
             default=None,
         )
+
+    def _known_body(self, key: str) -> dict[str, Any] | None:
+        """The freshest resourceVersion and conditions of a job, for the precondition of a
+        conditions write."""
+        facts = self.freshest(key)
         if facts is None or facts.model is None:
             return None
         conditions = [c.to_wire() for c in _status_of(facts.model).conditions]

@@ -1,5 +1,5 @@
 """One rebalancing pass for one running job: measure, decide, publish. Called once per tick by the
-operator's per-job daemon; every decision is delegated to the pure `decide`."""
+job's rebalancer task (`controller.rebalancers`); every decision is delegated to the pure `decide`."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class RebalancerSettings:
 
 @dataclass
 class JobMemory:
-    """What the daemon remembers between ticks; everything else is re-read (restart-safe)."""
+    """What the job's rebalancer remembers between ticks; everything else is re-read (restart-safe)."""
 
     measured: dict[int, JobMeasurements] = field(default_factory=dict)  # by plan version
     plans: dict[int, Plan] = field(default_factory=dict)

@@ -1,0 +1,78 @@
+"""The scheduling loop's rebalancer tasks: one per running job that wants one, cancelled with it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from tests.operator.builders import job_body
+
+from hetero_operator.controller.facts import JobFacts
+from hetero_operator.controller.metrics import OperatorMetrics
+from hetero_operator.controller.rebalancers import Rebalancers, wants_rebalancer
+from hetero_operator.rebalance.runner import RebalancerSettings
+
+
+def facts(name: str, phase: str | None, deleting: bool = False, **spec: Any) -> JobFacts:
+    body = job_body(name, **spec)
+    if phase is not None:
+        body["status"] = {"phase": phase}
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return JobFacts.from_body(body)
+
+
+def test_only_running_jobs_that_keep_rebalancing_on_want_a_rebalancer() -> None:
+    assert wants_rebalancer(facts("a", "Running"))
+    assert not wants_rebalancer(facts("b", "Starting"))
+    assert not wants_rebalancer(facts("c", None))
+    assert not wants_rebalancer(facts("d", "Running", deleting=True))
+    assert not wants_rebalancer(facts("e", "Running", rebalance={"enabled": False}))
+
+
+class _NoWrites:
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+        return None  # no plan ConfigMap yet: every pass ends before measuring
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        raise AssertionError("nothing to write without a plan")
+
+    async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None:
+        raise AssertionError("nothing to write without a plan")
+
+    async def post_event(
+        self, involved: Mapping[str, str], event_type: str, reason: str, message: str
+    ) -> None:
+        raise AssertionError("nothing to write without a plan")
+
+
+def test_sync_starts_a_task_per_running_job_and_cancels_it_when_the_job_stops() -> None:
+    async def scenario() -> None:
+        jobs = {f.key: f for f in (facts("a", "Running"), facts("b", "Queued"))}
+        passes: list[str] = []
+
+        def newest(key: str) -> JobFacts | None:
+            passes.append(key)
+            return jobs.get(key)
+
+        settings = RebalancerSettings("http://127.0.0.1:9")  # never reached: no plan to measure
+        rebalancers = Rebalancers(_NoWrites(), settings, OperatorMetrics(), newest, tick_seconds=0.01)
+        rebalancers.sync(jobs)
+        assert rebalancers.running == {"team/a"}
+        await asyncio.sleep(0.1)
+        assert passes and set(passes) == {"team/a"}, "only the running job is rebalanced"
+
+        jobs["team/b"] = facts("b", "Running")
+        jobs["team/a"] = facts("a", "Succeeded")
+        rebalancers.sync(jobs)
+        assert rebalancers.running == {"team/b"}
+        del jobs["team/b"]
+        rebalancers.sync(jobs)
+        assert rebalancers.running == frozenset()
+        await rebalancers.stop()
+        left = [t for t in asyncio.all_tasks() if t.get_name().startswith("rebalancer ")]
+        await asyncio.sleep(0)
+        assert all(t.done() for t in left)
+
+    asyncio.run(scenario())
