@@ -351,6 +351,7 @@ def table_row(result: dict[str, Any]) -> str:
         f"{result['even_efficiency']:.3f}",
         " / ".join(str(b) for b in data["local_batches"]),
         " / ".join(f"{t:.0f}" for t in data["worker_compute_ms"]),
+        f"{data['slowest_compute_per_step_ms']:.0f}",
         f"{max(data['worker_step_ms']):.0f}",
         f"{len(result['rounds'])}",
         " / ".join(f"{t:.0f}" for t in data["worker_overrun_ms"]),
