@@ -10,7 +10,7 @@ from tests.operator.builders import job_body
 
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.metrics import OperatorMetrics
-from hetero_operator.controller.rebalancers import Rebalancers, wants_rebalancer
+from hetero_operator.controller.rebalancers import Rebalancers, prometheus_away, wants_rebalancer
 from hetero_operator.rebalance.runner import RebalancerSettings
 
 
@@ -76,3 +76,23 @@ def test_sync_starts_a_task_per_running_job_and_cancels_it_when_the_job_stops() 
         assert all(t.done() for t in left)
 
     asyncio.run(scenario())
+
+
+def test_a_job_whose_metrics_condition_names_a_prometheus_outage_is_retried_sooner() -> None:
+    def with_condition(reason: str, status: str) -> JobFacts:
+        body = job_body("a")
+        condition = {
+            "type": "MetricsAvailable",
+            "status": status,
+            "reason": reason,
+            "message": "m",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        body["status"] = {"phase": "Running", "conditions": [condition]}
+        return JobFacts.from_body(body)
+
+    assert prometheus_away(with_condition("PrometheusUnavailable", "False"))
+    assert not prometheus_away(with_condition("InvalidMetrics", "False"))
+    assert not prometheus_away(with_condition("PrometheusReachable", "True"))
+    assert not prometheus_away(facts("b", "Running"))
+    assert not prometheus_away(None)

@@ -50,6 +50,7 @@ def phase(step_ms: float, overrun_ms: list[float]) -> dict[str, Any]:
         "local_batches": [585, 293, 146],
         "samples_per_s": 1024 / step_ms * 1e3,
         "worker_compute_ms": [step_ms - 5] * 3,
+        "slowest_compute_per_step_ms": step_ms - 3,
         "worker_step_ms": [step_ms] * 3,
         "worker_overrun_ms": overrun_ms,
     }
