@@ -96,3 +96,29 @@ def test_a_job_whose_metrics_condition_names_a_prometheus_outage_is_retried_soon
     assert not prometheus_away(with_condition("PrometheusReachable", "True"))
     assert not prometheus_away(facts("b", "Running"))
     assert not prometheus_away(None)
+
+
+def test_a_rebalancer_that_ended_on_an_error_is_started_again_by_the_next_sync() -> None:
+    async def scenario() -> None:
+        jobs = {f.key: f for f in (facts("a", "Running"),)}
+        calls: list[int] = []
+
+        def newest(key: str) -> JobFacts | None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("index gone wrong")
+            return jobs.get(key)
+
+        settings = RebalancerSettings("http://127.0.0.1:9")
+        rebalancers = Rebalancers(_NoWrites(), settings, OperatorMetrics(), newest, tick_seconds=0.01)
+        rebalancers.sync(jobs)
+        first = rebalancers._tasks["team/a"]
+        await asyncio.sleep(0.05)
+        assert first.done() and isinstance(first.exception(), RuntimeError)
+        rebalancers.sync(jobs)
+        assert rebalancers._tasks["team/a"] is not first
+        await asyncio.sleep(0.05)
+        assert len(calls) > 2, "the new task keeps rebalancing"
+        await rebalancers.stop()
+
+    asyncio.run(scenario())

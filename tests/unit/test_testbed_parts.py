@@ -125,3 +125,31 @@ def test_local_pod_paths_map_mounts_but_not_the_hosts_own_programs(tmp_path: Pat
     assert plan.argv[-1] == str(tmp_path / "tmp" / "scratch" / "out")
     assert plan.env["PLAN"] == str(tmp_path / "plan" / "plan.json")
     assert plan.env["POD_IP"] == "127.10.0.2" and plan.env["HETEROTRAIN_SIMULATED_SPEED"] == "0.5"
+
+
+def test_a_local_pod_waits_until_the_sibling_it_names_has_an_address(tmp_path: Path) -> None:
+    import pytest
+
+    from hetero_operator.testbed.local_pods import PodNotReadyToStart, process_plan
+
+    master = "g0-w0.digits.team.svc"
+    pod = {
+        "metadata": {"name": "w1", "namespace": "team"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "command": ["python", "-c", "pass"],
+                    "env": [
+                        {"name": "MASTER_ADDR", "value": master},
+                        {"name": "METRICS_URL", "value": "prometheus.monitoring.svc"},  # a Service: left
+                    ],
+                }
+            ]
+        },
+    }
+    with pytest.raises(PodNotReadyToStart, match=master):
+        process_plan(pod, "127.10.0.3", tmp_path, {}, {}, {}, {}, None)
+    plan = process_plan(pod, "127.10.0.3", tmp_path, {}, {}, {}, {master: "127.10.0.2"}, None)
+    assert plan.env["MASTER_ADDR"] == "127.10.0.2"
+    assert plan.env["METRICS_URL"] == "prometheus.monitoring.svc"

@@ -70,8 +70,10 @@ class Rebalancers:
         wanted = {key for key, facts in jobs.items() if wants_rebalancer(facts)}
         for key in [k for k in self._tasks if k not in wanted]:
             self._tasks.pop(key).cancel()
-        for key in sorted(wanted - self._tasks.keys()):
-            self._tasks[key] = asyncio.create_task(self._run(key), name=f"rebalancer {key}")
+        for key in sorted(wanted):
+            task = self._tasks.get(key)
+            if task is None or task.done():  # a task that ended on an error starts again
+                self._tasks[key] = asyncio.create_task(self._run(key), name=f"rebalancer {key}")
 
     async def stop(self) -> None:
         tasks = list(self._tasks.values())

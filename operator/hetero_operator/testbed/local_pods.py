@@ -149,6 +149,18 @@ def container_env(
     return env
 
 
+def sibling_pod_names(env: Mapping[str, str]) -> list[str]:
+    """Values that are a pod's cluster DNS name (host.subdomain.namespace.svc[.cluster.local])."""
+    found = []
+    for value in env.values():
+        labels = value.split(".")
+        if (len(labels) == 4 and labels[-1] == "svc") or (
+            len(labels) == 6 and labels[-3:] == ["svc", "cluster", "local"]
+        ):
+            found.append(value)
+    return found
+
+
 def resolve_names(env: dict[str, str], names: Mapping[str, str]) -> dict[str, str]:
     """Replace values that are sibling pods' DNS names with their loopback addresses."""
     return {key: names.get(value, value) for key, value in env.items()}
@@ -185,6 +197,10 @@ def process_plan(
     container = containers[0]
     env = container_env(pod, container, pod_ip, config_maps, secrets)
     env = resolve_names(env, dns)
+    unresolved = sibling_pod_names(env)
+    if unresolved:
+        # As before cluster DNS has the record: starting now would bake in a name no host resolver knows.
+        raise PodNotReadyToStart(f"{unresolved[0]} has no address yet")
     mounts = {
         m["mountPath"]: volume_dirs[m["name"]]
         for m in container.get("volumeMounts") or []
