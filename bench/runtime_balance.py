@@ -406,7 +406,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker_main(json.loads(os.environ["BENCH_CONFIG"]))
-        return
+        # Every rank has passed the last barrier and left the process group; torch's C++ teardown at
+        # interpreter exit has aborted a rank now and then ("terminate called without an active
+        # exception") after the work was done, so leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if not 0 < args.base_speed <= 1:
         parser.error(f"--base-speed: must be in (0, 1], got {args.base_speed}")
     if args.global_batch < len(SPEED_RATIOS):
