@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from planner_cases import THREE_GPUS
 
@@ -63,6 +63,9 @@ def test_fit_ignores_outliers(slope: float, intercept: float, seed: int) -> None
     batches = np.repeat([16, 32, 48, 64, 80], 9)
     times = slope * batches + intercept + rng.normal(0, 0.01 * slope, batches.size)
     outliers = rng.choice(batches.size, size=6, replace=False)
+    # Outliers are the minority at every batch size: five of nine samples off is the batch size's
+    # own time, not an outlier (a seed put them there in about one run of this test in ten).
+    assume(np.bincount(outliers // 9).max() <= 4)
     times[outliers] += rng.uniform(50, 500, size=6) * slope  # e.g. a GC pause or a preempted step
     fitted_slope, fitted_intercept = robust_line(batches.tolist(), times.tolist())
     assert fitted_slope == pytest.approx(slope, rel=0.02)
