@@ -48,18 +48,22 @@ def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None
             raise httpx.ConnectError("refused", request=request)
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
 
+    memory = JobMemory()
+
     async def tick() -> dict[str, Any]:
         body = {"metadata": {"namespace": "ns", "name": "job"}, "spec": {}, "status": store.status}
         async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
             rebalancer = Rebalancer(store, http, RebalancerSettings("http://prometheus.invalid"))
-            await rebalancer.tick(body, JobMemory())
+            await rebalancer.tick(body, memory)
         return next(c for c in store.status["conditions"] if c["type"] == "MetricsAvailable")
 
     down = asyncio.run(tick())
     assert (down["status"], down["reason"]) == ("False", "PrometheusUnavailable")
+    assert memory.prometheus_unreachable, "the rebalancer's task looks again sooner while it is away"
     up["now"] = True
     back = asyncio.run(tick())
     assert (back["status"], back["reason"]) == ("True", "PrometheusReachable")
+    assert not memory.prometheus_unreachable
 
 
 def _status(phase: Phase, generation: int) -> HeteroTrainJobStatus:

@@ -14,26 +14,12 @@ import httpx
 
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.metrics import OperatorMetrics
-from hetero_operator.rebalance.runner import (
-    CONDITION,
-    PROMETHEUS_UNAVAILABLE,
-    JobMemory,
-    KubeWriter,
-    Rebalancer,
-    RebalancerSettings,
-)
+from hetero_operator.rebalance.runner import JobMemory, KubeWriter, Rebalancer, RebalancerSettings
 
 log = logging.getLogger("heterotrain.rebalancer")
 
 TICK_SECONDS = 2.0
 RETRY_SECONDS = 0.5
-
-
-def prometheus_away(facts: JobFacts | None) -> bool:
-    """The job's MetricsAvailable condition says Prometheus could not be reached."""
-    status = facts.model.status if facts is not None and facts.model is not None else None
-    conditions = status.conditions if status is not None else []
-    return any(c.type == CONDITION and c.reason == PROMETHEUS_UNAVAILABLE for c in conditions)
 
 
 def wants_rebalancer(facts: JobFacts) -> bool:
@@ -104,7 +90,7 @@ class Rebalancers:
                     self._export_prediction(namespace, name, memory)
                     # While Prometheus is away, look again sooner: the job should not finish an
                     # epoch still saying so after it is back.
-                    pause = RETRY_SECONDS if prometheus_away(self.newest(key)) else self.tick_seconds
+                    pause = RETRY_SECONDS if memory.prometheus_unreachable else self.tick_seconds
         finally:
             log.info("%s: rebalancing stopped", key)
             self.metrics.forget_job(namespace, name)

@@ -110,15 +110,15 @@ def _per_sample_ms(history: History, ranks: int) -> list[float]:
 def speed_model(history: History, workers: Sequence[WorkerSpec]) -> ClusterModel:
     """Each worker's latest per-sample times as lines through the origin, with the measured
     communication as the fixed cost of a step: the model behind the inverse-time split."""
+    per_sample = _per_sample_ms(history, len(workers))
     models = []
     for rank, spec in enumerate(workers):
         latest = history[rank][-1]
-        batch = max(latest.batch, 1)
         models.append(
             WorkerModel(
-                alpha=max(latest.compute_ms / batch, MIN_SLOPE_MS),
+                alpha=max(per_sample[rank], MIN_SLOPE_MS),
                 beta=0.0,
-                alpha_sync=max(latest.sync_start_ms / batch, 0.0),
+                alpha_sync=max(latest.sync_start_ms / max(latest.batch, 1), 0.0),
                 beta_sync=0.0,
                 min_batch=spec.min_batch,
                 max_batch=spec.max_batch,
@@ -175,21 +175,21 @@ def decide(
             # The fitted model does not explain what was just measured: fall back to speeds alone.
             latest = {str(rank): samples[-1:] for rank, samples in usable.items()}
             split = next_split(global_batch, workers, latest)
-    if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
-        model = split.cluster
+    model = split.cluster if split.stage is WarmupStage.OPTPERF else None  # the one that sets the split
+    new_batches = split.local_batches
+    if model is not None:
         predicted_current = predict_iteration_time(model, current.local_batches)
-        new_batches = split.local_batches
         predicted_new = split.predicted_ms or predict_iteration_time(model, new_batches)
     else:
-        model = speed_model(usable, workers)
         per_sample = _per_sample_ms(usable, ranks)
-        new_batches = split.local_batches
         predicted_current = _predict_ms(per_sample, current.local_batches)
         predicted_new = _predict_ms(per_sample, new_batches)
     if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
         # Goodput ranks total batches the same under a model that is off by a constant factor, so a
         # fit too far off to set the split still chooses the total (lines through the origin cannot
         # see a step's fixed cost); the split at that total comes from the model that set the split.
+        if model is None:
+            model = speed_model(usable, workers)
         ranking = fitted if fitted is not None else model
         candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
         best = choose_global_batch(ranking, candidates, measured.noise_scale, policy.base_global_batch)

@@ -63,6 +63,7 @@ class JobMemory:
     epoch_started: dict[int, float] = field(default_factory=dict)  # epoch -> monotonic time first seen
     last_decided_version: int = 0
     converged: bool = False  # the last rebalance did not pay off as measured: keep the split
+    prometheus_unreachable: bool = False  # the last pass could not reach Prometheus
 
 
 def _now() -> str:
@@ -152,8 +153,10 @@ class Rebalancer:
                 self.http, self.settings.prometheus_url, namespace, name, plan.version
             )
         except MetricsUnavailable as why:
+            memory.prometheus_unreachable = True
             await self._set_condition(status_path, status, False, PROMETHEUS_UNAVAILABLE, str(why))
             return None
+        memory.prometheus_unreachable = False
         if _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
             # Say the outage is over now: the next decision, which would say so too, may never come
             # once the split has settled.
