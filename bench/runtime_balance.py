@@ -37,6 +37,18 @@ from typing import Any
 SPEED_RATIOS = (1.0, 0.5, 0.25)
 
 
+def core_of_each_worker(speeds: list[float], cores: list[int]) -> list[int]:
+    """One host core per simulated GPU where there are enough; else the fastest workers (the most
+    CPU per step) go first, each to the core with the least simulated load so far."""
+    load = dict.fromkeys(cores, 0.0)
+    out = [cores[0]] * len(speeds)
+    for rank in sorted(range(len(speeds)), key=lambda r: -speeds[r]):
+        core = min(cores, key=lambda c: (load[c], cores.index(c)))
+        out[rank] = core
+        load[core] += speeds[rank]
+    return out
+
+
 def worker_main(config: dict[str, Any]) -> None:
     import numpy as np
     import torch
@@ -47,12 +59,16 @@ def worker_main(config: dict[str, Any]) -> None:
     from hetero_operator.plan import Plan
     from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record
     from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
-    from hetero_runtime.simulate import SpeedSimulator
+    from hetero_runtime.simulate import SpeedSimulator, Stopwatch
     from hetero_runtime.strategies.data import synchronize_gradients
 
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Each simulated GPU keeps to its own core (as a GPU is a device of its own): a worker the
+    # scheduler moves between cores comes back to cold caches and its compute time jumps.
+    core = config["worker_cores"][rank]
+    os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
@@ -91,16 +107,18 @@ def worker_main(config: dict[str, Any]) -> None:
             with progress.open("a") as out:
                 out.write(json.dumps(line) + "\n")
 
-    def compute_gradients(b: int) -> float:
+    def compute_gradients(b: int, watch: Stopwatch) -> float:
         """Mean loss and gradient of the first `b` samples, in chunks (gradient accumulation): a
         chunk's activations stay in the CPU cache, so a step's time is proportional to `b` and
-        steady on a shared host, as a GPU's is."""
+        steady on a shared host, as a GPU's is. Each chunk is stretched to the simulated speed as it
+        ends, so the workers' CPU use spreads over the step instead of colliding at its start."""
         total = 0.0
         for start in range(0, b, chunk):
             end = min(start + chunk, b)
             loss = functional.cross_entropy(model(data[start:end]), labels[start:end], reduction="sum") / b
             loss.backward()
             total += float(loss.detach())
+            simulator.pace(watch)
         return total
 
     def run_phase(name: str, split: list[int], steps: int, planned_total: int) -> dict[str, Any]:
@@ -116,7 +134,7 @@ def worker_main(config: dict[str, Any]) -> None:
             watch = simulator.begin()
             for p in params:
                 p.grad = None
-            local_loss = compute_gradients(b)
+            local_loss = compute_gradients(b, watch)
             cpus.append(time.thread_time() - watch.cpu)
             compute = simulator.finish(watch)
             sync = time.perf_counter()
@@ -245,6 +263,7 @@ def worker_main(config: dict[str, Any]) -> None:
             "steps_per_phase": steps,
             "steps_per_round": round_steps,
             "min_improvement": config["min_improvement"],
+            "worker_cores": config["worker_cores"],
             "even": even_report,
             "rounds": rounds,
             "data": data_report,
@@ -427,6 +446,7 @@ def main() -> None:
             "max_rounds": 4 if args.quick else 6,
             "min_improvement": args.min_improvement,
             "base_speed": args.base_speed,
+            "worker_cores": core_of_each_worker(list(SPEED_RATIOS), sorted(os.sched_getaffinity(0))),
             "out": str(Path(tmp) / "result.json"),
             "progress": str(Path(tmp) / "progress.jsonl"),
         }

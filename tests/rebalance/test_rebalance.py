@@ -12,7 +12,7 @@ import pytest
 from hetero_operator import metric_names as names
 from hetero_operator.plan import Plan, SESGDParams, Strategy
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.decide import BatchPolicy, decide, record
+from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record, split_balance
 from hetero_operator.rebalance.measurements import (
     JobMeasurements,
     MetricsUnavailable,
@@ -26,10 +26,11 @@ MS_PER_SAMPLE_AT_FULL_SPEED = 2.0
 FIXED_MS = 3.0
 
 
-def simulate(plan: Plan, steps: int = 20, fixed_ms: float = FIXED_MS) -> JobMeasurements:
-    """Workers whose compute is linear in their batch and inversely proportional to their speed."""
+def simulate(plan: Plan, steps: int = 20, fixed_ms: float = FIXED_MS, host: float = 1.0) -> JobMeasurements:
+    """Workers whose compute is linear in their batch and inversely proportional to their speed, on
+    a host that runs at `host` times its usual pace (1.1: everything takes 10% longer)."""
     computes = [
-        (fixed_ms + MS_PER_SAMPLE_AT_FULL_SPEED * b) / speed / 1e3
+        host * (fixed_ms + MS_PER_SAMPLE_AT_FULL_SPEED * b) / speed / 1e3
         for b, speed in zip(plan.local_batches, SPEEDS, strict=True)
     ]
     slowest = max(computes)
@@ -280,26 +281,62 @@ def test_a_model_that_misjudges_the_measured_step_is_not_trusted() -> None:
     assert decide(first.plan, history, policy(min_improvement=0.0), slow, 3).stage == "inverse_time"
 
 
-def _measured_at(plan: Plan, step_seconds: float) -> JobMeasurements:
-    return JobMeasurements(
-        plan.version, 3, tuple(WorkerMeasurement(r, 10, 0.1, 0.05, 0.01, step_seconds) for r in range(3))
-    )
-
-
-def test_a_rebalance_that_measured_slower_is_undone_and_the_split_settles() -> None:
-    from hetero_operator.rebalance.decide import confirm
-
-    later = EVEN.model_copy(update={"version": 2, "local_batches": [80, 40, 20]})
-    # Measured faster by a clear margin: keep rebalancing.
-    assert confirm(later, _measured_at(later, 0.10), EVEN, _measured_at(EVEN, 0.20), 0.05, 4) is None
+def test_a_rebalance_is_kept_undone_or_settled_by_its_measured_balance() -> None:
+    balanced = EVEN.model_copy(update={"version": 2, "local_batches": [80, 40, 20]})
+    worse = EVEN.model_copy(update={"version": 2, "local_batches": [30, 55, 55]})
+    near = EVEN.model_copy(update={"version": 2, "local_batches": [48, 47, 45]})
+    # 4 : 2 : 1 for speeds 1 : 0.5 : 0.25 (the fixed cost per step leaves the slowest a little late).
+    assert 0.95 < (split_balance(balanced, simulate(balanced)) or 0) < 0.99
+    assert (split_balance(EVEN, simulate(EVEN)) or 1) < 0.6
+    # Better balanced by a clear margin: keep rebalancing.
+    assert confirm(balanced, simulate(balanced), EVEN, simulate(EVEN), 0.05, 4) is None
     # About the same: converged, no new plan.
-    same = confirm(later, _measured_at(later, 0.199), EVEN, _measured_at(EVEN, 0.20), 0.05, 4)
+    same = confirm(near, simulate(near), EVEN, simulate(EVEN), 0.05, 4)
     assert same is not None and same.plan is None and same.stage == "converged"
-    # Slower: back to the previous split as a new version.
-    back = confirm(later, _measured_at(later, 0.25), EVEN, _measured_at(EVEN, 0.20), 0.05, 4)
+    # Worse: back to the previous split as a new version.
+    back = confirm(worse, simulate(worse), EVEN, simulate(EVEN), 0.05, 4)
     assert back is not None and back.plan is not None
     assert back.plan.version == 3 and back.plan.local_batches == EVEN.local_batches
-    assert back.plan.apply_at_epoch == 4
+    assert back.plan.apply_at_epoch == 4 and "balance" in back.reason
+
+
+def test_a_better_split_is_kept_though_the_host_slowed_down_meanwhile() -> None:
+    # The new split would be 2.2x faster on the same host, but the host ran 2.5x slower in its round:
+    # its step measured slower than the old one's, its balance did not.
+    balanced = EVEN.model_copy(update={"version": 2, "local_batches": [80, 40, 20]})
+    slowed, before = simulate(balanced, host=2.5), simulate(EVEN)
+    assert max(w.step_seconds for w in slowed.workers) > max(w.step_seconds for w in before.workers)
+    assert confirm(balanced, slowed, EVEN, before, 0.05, 4) is None
+    # The same split on a host that sped up is still no better balanced: settled, not kept going.
+    settled = confirm(balanced, simulate(balanced, host=0.5), balanced, simulate(balanced), 0.05, 4)
+    assert settled is not None and settled.plan is None
+
+
+def test_a_new_total_batch_is_judged_by_samples_per_second() -> None:
+    bigger = EVEN.model_copy(update={"version": 2, "global_batch": 280, "local_batches": [160, 80, 40]})
+    # Same balance, twice the samples per step for under twice the time: a gain in throughput.
+    assert confirm(bigger, simulate(bigger), EVEN, simulate(EVEN), 0.05, 4) is None
+    slower = confirm(bigger, simulate(bigger, host=4.0), EVEN, simulate(EVEN), 0.05, 4)
+    assert slower is not None and slower.plan is not None and "throughput" in slower.reason
+
+
+def test_optperf_fits_across_rounds_at_one_pace() -> None:
+    # Three rounds; the host ran 15% slower in the second. Lines fitted through raw times would take
+    # the slowdown for per-sample cost; brought to one pace, the fit finds the same split as on a
+    # steady host.
+    def run(hosts: tuple[float, float, float]) -> list[int]:
+        plan, history = EVEN, {}
+        for epoch, host in enumerate(hosts, start=2):
+            measured = simulate(plan, host=host)
+            history = record(history, measured, plan)
+            decision = decide(plan, history, policy(min_improvement=0.0), measured, epoch)
+            if decision.plan is not None:
+                plan = decision.plan
+        return list(plan.local_batches)
+
+    steady = run((1.0, 1.0, 1.0))
+    assert run((1.0, 1.15, 1.0)) == steady
+    assert run((1.0, 0.85, 1.0)) == steady
 
 
 def test_adaptive_total_batch_moves_even_when_the_fitted_model_is_not_trusted() -> None:

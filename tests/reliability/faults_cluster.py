@@ -180,6 +180,7 @@ def describe(snapshot: Snapshot, job: str) -> str:
     pods = [
         f"{p['metadata']['name']} {(p.get('status') or {}).get('phase')}"
         + (" deleting" if p["metadata"].get("deletionTimestamp") else "")
+        + (" told to exit" if EXIT_CODE_ANNOTATION in (p["metadata"].get("annotations") or {}) else "")
         for p in snapshot.job_pods(job)
     ]
     generation = (state.get("allocation") or {}).get("generation")
@@ -276,7 +277,15 @@ class Cluster:
                 return snapshot
             if time.monotonic() > deadline:
                 phases = {name: status(job).get("phase") for name, job in self.snapshot.jobs.items()}
-                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; jobs: {phases}")
+                unsettled = {
+                    name: describe(self.snapshot, name)
+                    for name, phase in phases.items()
+                    if phase not in ("Succeeded", "Queued")
+                }
+                raise AssertionError(
+                    f"timed out after {timeout:.0f} s waiting for {what}; jobs: {phases}; "
+                    f"unsettled: {unsettled}"
+                )
             time.sleep(0.3)
 
     def _note(self, *problems: str) -> None:

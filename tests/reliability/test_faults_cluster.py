@@ -64,7 +64,7 @@ def operator(bed: Testbed, tmp_path: Path) -> Iterator[OperatorProcess]:
         yield process
     finally:
         process.stop()
-        print(f"--- operator log ---\n{process.tail(30)}")
+        print(f"--- operator log ---\n{process.tail(80)}")
 
 
 def alive(operator: OperatorProcess) -> bool:

@@ -88,3 +88,11 @@ def test_write_adds_a_new_mode_after_the_runtime_table(bench: ModuleType) -> Non
 def test_contention_share_is_the_worst_overrun_against_its_step(bench: ModuleType) -> None:
     assert bench.contention_share(result(4.0, [0.0, 0.0, 0.0])) == 0.0
     assert bench.contention_share(result(4.0, [25.0, 5.0, 0.0])) == pytest.approx(0.1)
+
+
+def test_each_simulated_gpu_gets_a_core_and_shared_cores_carry_the_least_load(bench: ModuleType) -> None:
+    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1, 2, 3]) == [0, 1, 2]
+    # Two cores for three workers: the fastest (most CPU per step) alone, the two slower together.
+    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1]) == [0, 1, 1]
+    assert bench.core_of_each_worker([0.25, 1.0, 0.5], [4, 6]) == [6, 4, 6]
+    assert bench.core_of_each_worker([1.0, 0.5], [3]) == [3, 3]

@@ -67,6 +67,23 @@ def test_waiting_beyond_the_stretched_time_is_counted_as_overrun() -> None:
     assert slow.overrun_seconds == 0.0
 
 
+def test_pace_stretches_each_part_of_a_segment_as_it_ends() -> None:
+    simulator = SpeedSimulator(0.25)
+    watch = simulator.begin()
+    marks = []
+    for _ in range(3):
+        end = time.thread_time() + 0.01
+        while time.thread_time() < end:
+            pass
+        simulator.pace(watch)  # 10 ms more CPU: the segment so far lasts 4x its CPU time
+        marks.append(time.perf_counter() - watch.wall)
+    duration = simulator.finish(watch)  # nothing left to stretch
+    for part, mark in enumerate(marks, start=1):
+        assert mark == pytest.approx(0.04 * part, abs=0.015)
+    assert duration == pytest.approx(marks[-1], abs=0.01)
+    assert simulator.overrun_seconds == 0.0
+
+
 def test_finish_on_another_thread_is_refused() -> None:
     simulator = SpeedSimulator(0.5)
     watch = simulator.begin()

@@ -50,17 +50,27 @@ class SpeedSimulator:
     def begin(self) -> Stopwatch:
         return Stopwatch(time.perf_counter(), time.thread_time(), threading.get_ident())
 
+    def pace(self, watch: Stopwatch) -> None:
+        """Inside a compute segment (after one of its micro-batches, say): sleep until the segment so
+        far lasts its CPU time / speed. A slow GPU works at its pace all through a step; stretching
+        only at the end would run every worker's compute in one burst at the start of the step,
+        where the bursts of workers sharing a host's cores collide."""
+        if self.active:
+            self._stretch(watch, count_overrun=False)
+
     def finish(self, watch: Stopwatch) -> float:
         """End a compute segment (on the thread that began it): sleep until it lasts CPU time /
         speed; returns the segment's duration as measured after the sleep."""
-        wall = time.perf_counter() - watch.wall
-        if not self.active:
-            return wall
+        if self.active:
+            self._stretch(watch, count_overrun=True)
+        return time.perf_counter() - watch.wall
+
+    def _stretch(self, watch: Stopwatch, count_overrun: bool) -> None:
         if threading.get_ident() != watch.thread:
-            raise RuntimeError("SpeedSimulator: finish() must run on the thread that called begin()")
+            raise RuntimeError("SpeedSimulator: a segment must end on the thread that called begin()")
+        wall = time.perf_counter() - watch.wall
         target = stretched_seconds(time.thread_time() - watch.cpu, self.speed)
         if target > wall:
             time.sleep(target - wall)
-        else:
+        elif count_overrun:
             self.overrun_seconds += wall - target
-        return time.perf_counter() - watch.wall

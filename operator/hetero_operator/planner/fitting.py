@@ -33,7 +33,10 @@ class PerfSample:
 
     ``compute_ms``: forward + backward + update; ``sync_start_ms``: from iteration start until the
     first gradient bucket starts syncing; ``comm_ms``: from that moment to the end of the last
-    bucket's all-reduce; ``last_bucket_ms``: the last bucket's all-reduce alone (``t_u``), if known.
+    bucket's all-reduce; ``last_bucket_ms``: the last bucket's all-reduce alone (``t_u``), if known;
+    ``pace_ms``: the whole cluster's compute time per sample in the round the sample comes from
+    (1 / sum over workers of batch / compute), if known: samples of rounds run at different paces
+    can be brought to one pace before a fit.
     """
 
     batch: int
@@ -41,6 +44,7 @@ class PerfSample:
     sync_start_ms: float
     comm_ms: float
     last_bucket_ms: float | None = None
+    pace_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

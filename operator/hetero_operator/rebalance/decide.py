@@ -4,7 +4,7 @@ not) out. Nothing here talks to Kubernetes or Prometheus."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,9 +61,41 @@ class RebalanceDecision:
     predicted_new_seconds: float | None = None
 
 
+def _batches_and_computes(plan: Plan, measured: JobMeasurements) -> list[tuple[int, float]]:
+    """(local batch, mean compute seconds) of every rank that computed something under `plan`."""
+    out = []
+    for worker in measured.workers:
+        batch = plan.local_batches[worker.rank] if worker.rank < len(plan.local_batches) else 0
+        if batch > 0 and worker.compute_seconds > 0:
+            out.append((batch, worker.compute_seconds))
+    return out
+
+
+def pace_ms(plan: Plan, measured: JobMeasurements) -> float | None:
+    """The whole cluster's compute time per sample in one measured round: 1 / sum(b_i / c_i)."""
+    pairs = _batches_and_computes(plan, measured)
+    rate = sum(batch / seconds for batch, seconds in pairs)
+    return 1e3 / rate if pairs and rate > 0 else None
+
+
+def split_balance(plan: Plan, measured: JobMeasurements) -> float | None:
+    """How close one measured round came to equal finish times, from that round alone: the compute
+    time a perfect split of its total would take at the per-sample speeds it measured, over its
+    slowest worker's compute time (1 = balanced). A host or cluster that runs slower or faster as a
+    whole between rounds scales every worker alike, which cancels here; it does not cancel in a
+    comparison of two rounds' step times."""
+    pairs = _batches_and_computes(plan, measured)
+    pace = pace_ms(plan, measured)
+    if pace is None or len(pairs) != len(measured.workers):
+        return None
+    total = sum(batch for batch, _ in pairs)
+    return total * pace / 1e3 / max(seconds for _, seconds in pairs)
+
+
 def record(history: History, measured: JobMeasurements, plan: Plan) -> dict[int, list[PerfSample]]:
     """History with one sample per rank added for the plan just measured (bounded, oldest dropped)."""
     updated = {rank: list(samples) for rank, samples in history.items()}
+    pace = pace_ms(plan, measured)
     for worker in measured.workers:
         batch = plan.local_batches[worker.rank] if worker.rank < len(plan.local_batches) else 0
         if batch <= 0:
@@ -73,9 +105,39 @@ def record(history: History, measured: JobMeasurements, plan: Plan) -> dict[int,
             compute_ms=worker.compute_seconds * 1e3,
             sync_start_ms=worker.sync_start_seconds * 1e3,
             comm_ms=worker.comm_seconds * 1e3,
+            pace_ms=pace,
         )
         updated[worker.rank] = [*updated.get(worker.rank, []), sample][-HISTORY_PER_WORKER:]
     return updated
+
+
+def at_latest_pace(history: History) -> dict[int, list[PerfSample]]:
+    """Every sample's compute brought to the pace of the newest round (the newest samples').
+
+    The workers of one round share its pace, so a round in which the whole host or cluster ran
+    slower (another tenant, a warmer chip) does not bend the fitted lines: a line fitted through two
+    rounds 8% apart in pace, with batch sizes 10% apart, gets a slope off by most of its value. The
+    pace barely depends on the split itself (a per-step fixed cost of 40% of an even split's compute
+    moves it by 2.4% between the even and the balanced split, and OptPerf's split by 0.4%), so true
+    fixed costs are kept."""
+    newest = {samples[-1].pace_ms for samples in history.values() if samples}
+    latest = newest.pop() if len(newest) == 1 else None
+    if latest is None or latest <= 0:
+        return {rank: list(samples) for rank, samples in history.items()}
+    return {
+        rank: [
+            s
+            if s.pace_ms is None or s.pace_ms <= 0
+            else replace(
+                s,
+                compute_ms=s.compute_ms * latest / s.pace_ms,
+                sync_start_ms=s.sync_start_ms * latest / s.pace_ms,
+                pace_ms=latest,
+            )
+            for s in samples
+        ]
+        for rank, samples in history.items()
+    }
 
 
 def well_spread(history: History) -> dict[int, list[PerfSample]]:
@@ -155,7 +217,7 @@ def decide(
         )
         for rank in range(ranks)
     ]
-    usable = well_spread(history)
+    usable = well_spread(at_latest_pace(history))
     named = {str(rank): samples for rank, samples in usable.items()}
     global_batch = current.global_batch
     try:
@@ -251,14 +313,26 @@ def confirm(
 
     None: it paid off, keep rebalancing. Otherwise a final decision: go back to the previous split
     when the new one measured slower, or stay (converged) when it measured about the same. Either
-    way no later prediction moves the split again, so the job never drifts on modelling noise."""
-    now = current.global_batch / measured_iteration_seconds(measured)
-    before = previous.global_batch / measured_iteration_seconds(previous_measured)
+    way no later prediction moves the split again, so the job never drifts on modelling noise.
+
+    A new split of the same total is judged by its balance within its own round (`split_balance`),
+    which a host or cluster slowing down as a whole between the two rounds does not move; a new
+    total batch, by samples per second."""
     measured_s = measured_iteration_seconds(measured)
+    balance_now, balance_before = split_balance(current, measured), split_balance(previous, previous_measured)
+    if current.global_batch == previous.global_batch and balance_now and balance_before:
+        now, before, what = balance_now, balance_before, "balance"
+    else:
+        now = current.global_batch / measured_s
+        before = previous.global_batch / measured_iteration_seconds(previous_measured)
+        what = "throughput"
     if now >= before * (1 + min_improvement / 2):
         return None
     if now >= before:
-        reason = f"converged: v{current.version} measured {now / before - 1:+.1%} against v{previous.version}"
+        reason = (
+            f"converged: v{current.version} measured {what} {now / before - 1:+.1%} against "
+            f"v{previous.version}"
+        )
         return RebalanceDecision(None, reason, "converged", measured_s)
     plan = current.model_copy(
         update={
@@ -270,7 +344,9 @@ def confirm(
             "predicted_iteration_seconds": measured_iteration_seconds(previous_measured),
         }
     )
-    reason = f"back to v{previous.version}'s split: v{current.version} measured {now / before - 1:+.1%}"
+    reason = (
+        f"back to v{previous.version}'s split: v{current.version} measured {what} {now / before - 1:+.1%}"
+    )
     return RebalanceDecision(
         plan, reason, "converged", measured_s, measured_s, measured_iteration_seconds(previous_measured)
     )
