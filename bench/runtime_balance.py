@@ -5,8 +5,8 @@ model and the same synchronous step (uneven-batch weighted all-reduce) on both s
   1. even split (what plain DDP does), measured;
   2. rebalancing rounds, one per "epoch", decided exactly as the operator's rebalancer decides between
      epochs (``hetero_operator.rebalance.decide``): the planner's warm-up split (inverse per-sample
-     time), then OptPerf on the fitted linear models, each new split confirmed by measurement
-     (a slower one is undone, a gain under half the threshold ends the rounds);
+     time), then OptPerf on the fitted linear models, each new split confirmed by its measured
+     balance (a worse one is undone, a gain under half the threshold ends the rounds);
   3. the split the rounds settled on, measured.
 Reported: samples/s of phases 1 and 3, `speedup_vs_even`, and `efficiency` = phase-3 samples/s divided
 by the sum of the workers' own samples/s (local batch / own mean compute time) in phase 3. Per worker
@@ -15,9 +15,10 @@ simulator could not absorb by sleeping (`worker_overrun_ms`, 0 when the host had
 
 By default every speed is multiplied by 0.25 (time dilation 4, as the test bed's local process nodes
 do), so three simulated GPUs fit on a 2-core host without slowing each other: `--base-speed 1` runs
-the undilated speeds 1, 0.5, 0.25.
+the undilated speeds 1, 0.5, 0.25. Each worker is pinned to a core and stretches its compute chunk by
+chunk, so it works at its simulated pace all through a step, as a GPU does.
 
-    python bench/runtime_balance.py [--quick] [--base-speed F] [--json-out FILE] [--write]
+    python bench/runtime_balance.py [--quick] [--base-speed F] [--global-batch N] [--json-out FILE] [--write]
 """
 
 from __future__ import annotations
