@@ -153,3 +153,27 @@ def test_a_local_pod_waits_until_the_sibling_it_names_has_an_address(tmp_path: P
     plan = process_plan(pod, "127.10.0.3", tmp_path, {}, {}, {}, {master: "127.10.0.2"}, None)
     assert plan.env["MASTER_ADDR"] == "127.10.0.2"
     assert plan.env["METRICS_URL"] == "prometheus.monitoring.svc"
+
+
+def test_a_component_that_died_says_how(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    from hetero_operator.testbed import processes
+
+    def ended(pid: int) -> str:
+        deadline = time.monotonic() + 10
+        while (how := processes.exit_status(pid)) is None:
+            assert time.monotonic() < deadline, f"pid {pid} did not end"
+            time.sleep(0.02)
+        return how
+
+    exits = processes.launch("exits", ["/bin/sh", "-c", "exit 3"], tmp_path)
+    assert ended(exits.pid) == "exit code 3"
+    killed = processes.launch("killed", ["/bin/sleep", "30"], tmp_path)
+    assert processes.exit_status(killed.pid) is None  # still running
+    os.kill(killed.pid, signal.SIGKILL)
+    assert ended(killed.pid) == f"signal {signal.SIGKILL.value}"
+    assert not processes.is_running(killed.pid, "/bin/sleep")
+    assert processes.exit_status(killed.pid) is None  # reaped once; nothing left to tell

@@ -231,8 +231,10 @@ class Testbed:
                 return
             info = (self.state or State(ports={})).processes.get(name)
             if info and not processes.is_running(info["pid"], info["binary"]):
+                how = processes.exit_status(info["pid"]) or "no exit status (not our child)"
                 raise TestbedError(
-                    f"{name} exited during start-up; log: {info['log']}\n{_tail(Path(info['log']))}"
+                    f"{name} (pid {info['pid']}) exited during start-up ({how}); log: {info['log']}\n"
+                    f"{_tail(Path(info['log']))}"
                 )
             time.sleep(0.3)
         log = self.logs / f"{name}.log"

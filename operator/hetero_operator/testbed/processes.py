@@ -73,5 +73,18 @@ def stop(pid: int, binary: str, grace_seconds: float = 10.0) -> None:
 
 def _reap(pid: int) -> None:
     """Collect the exit status when the process is our child, so it does not stay a zombie."""
-    with contextlib.suppress(ChildProcessError, ProcessLookupError):
-        os.waitpid(pid, os.WNOHANG)
+    exit_status(pid)
+
+
+def exit_status(pid: int) -> str | None:
+    """How our child `pid` ended ("exit code 1", "signal 9"), reaping it; None while it runs or when
+    it is not our child (then nobody here can know)."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, ProcessLookupError):
+        return None
+    if reaped == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
