@@ -15,8 +15,9 @@ simulator could not absorb by sleeping (`worker_overrun_ms`, 0 when the host had
 
 By default every speed is multiplied by 0.25 (time dilation 4, as the test bed's local process nodes
 do), so three simulated GPUs fit on a 2-core host without slowing each other: `--base-speed 1` runs
-the undilated speeds 1, 0.5, 0.25. Each worker is pinned to a core and stretches its compute chunk by
-chunk, so it works at its simulated pace all through a step, as a GPU does.
+the undilated speeds 1, 0.5, 0.25. The workers are pinned to as few cores as their simulated load fits
+in (one, dilated), and each stretches its compute chunk by chunk, so it works at its simulated pace
+all through a step, as a GPU does.
 
     python bench/runtime_balance.py [--quick] [--base-speed F] [--global-batch N] [--json-out FILE] [--write]
 """
@@ -38,13 +39,22 @@ from typing import Any
 SPEED_RATIOS = (1.0, 0.5, 0.25)
 
 
+# The simulated load (sum of speeds: the share of its time each worker computes) one core takes
+# before the next core is used. At half load the time a worker waits for its core is absorbed by its
+# own stretching sleeps; any that is not shows as `worker_overrun_ms`.
+SHARED_CORE_LOAD = 0.5
+
+
 def core_of_each_worker(speeds: list[float], cores: list[int]) -> list[int]:
-    """One host core per simulated GPU where there are enough; else the fastest workers (the most
-    CPU per step) go first, each to the core with the least simulated load so far."""
+    """A core for each simulated GPU: as few cores as the load fits in at SHARED_CORE_LOAD each, so
+    the host's slow spells and drift on a core are common to the workers on it (they cancel in the
+    split's balance, and a step's slowest worker is barely slower than its mean). Workers that fit
+    nowhere go, fastest first, to the least loaded core."""
     load = dict.fromkeys(cores, 0.0)
     out = [cores[0]] * len(speeds)
     for rank in sorted(range(len(speeds)), key=lambda r: -speeds[r]):
-        core = min(cores, key=lambda c: (load[c], cores.index(c)))
+        fits = [c for c in cores if load[c] + speeds[rank] <= SHARED_CORE_LOAD]
+        core = fits[0] if fits else min(cores, key=lambda c: (load[c], cores.index(c)))
         out[rank] = core
         load[core] += speeds[rank]
     return out
@@ -64,8 +74,8 @@ def worker_main(config: dict[str, Any]) -> None:
     from hetero_runtime.strategies.data import synchronize_gradients
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    # Each simulated GPU keeps to its own core (as a GPU is a device of its own): a worker the
-    # scheduler moves between cores comes back to cold caches and its compute time jumps.
+    # A worker the scheduler moves between cores comes back to cold caches and its compute time
+    # jumps: each keeps to the core it was given.
     core = config["worker_cores"][rank]
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
@@ -447,7 +457,9 @@ def main() -> None:
             "max_rounds": 4 if args.quick else 6,
             "min_improvement": args.min_improvement,
             "base_speed": args.base_speed,
-            "worker_cores": core_of_each_worker(list(SPEED_RATIOS), sorted(os.sched_getaffinity(0))),
+            "worker_cores": core_of_each_worker(
+                [r * args.base_speed for r in SPEED_RATIOS], sorted(os.sched_getaffinity(0))
+            ),
             "out": str(Path(tmp) / "result.json"),
             "progress": str(Path(tmp) / "progress.jsonl"),
         }

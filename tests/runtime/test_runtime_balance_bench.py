@@ -90,9 +90,12 @@ def test_contention_share_is_the_worst_overrun_against_its_step(bench: ModuleTyp
     assert bench.contention_share(result(4.0, [25.0, 5.0, 0.0])) == pytest.approx(0.1)
 
 
-def test_each_simulated_gpu_gets_a_core_and_shared_cores_carry_the_least_load(bench: ModuleType) -> None:
-    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1, 2, 3]) == [0, 1, 2]
-    # Two cores for three workers: the fastest (most CPU per step) alone, the two slower together.
+def test_simulated_gpus_share_a_core_while_their_load_fits_in_half_of_it(bench: ModuleType) -> None:
+    # Dilated x4: 0.25 + 0.125 + 0.0625 of a core fit in one.
+    assert bench.core_of_each_worker([0.25, 0.125, 0.0625], [0, 1]) == [0, 0, 0]
+    assert bench.core_of_each_worker([0.0625, 0.25, 0.125], [2, 5]) == [2, 2, 2]
+    # Undilated: the fastest fills a core of its own, the two slower share the other.
     assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1]) == [0, 1, 1]
-    assert bench.core_of_each_worker([0.25, 1.0, 0.5], [4, 6]) == [6, 4, 6]
+    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1, 2, 3]) == [0, 1, 2]
+    assert bench.core_of_each_worker([0.4, 0.4, 0.4], [0, 1]) == [0, 1, 0]
     assert bench.core_of_each_worker([1.0, 0.5], [3]) == [3, 3]
