@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 
 import httpx
 import kubernetes
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks_md import replace_section
 from hetero_operator import metric_names
@@ -287,27 +287,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+def request_counts(metrics_text: str) -> Counter[str]:
+    """Requests counted in an API server's metrics text (`apiserver_request_total`), by verb,
+    resource and subresource; watches aside (one lasts the whole run)."""
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total" or sample.labels.get("verb") == "WATCH":
+                continue
+            resource = sample.labels.get("resource", "")
+            if sample.labels.get("subresource"):
+                resource += "/" + sample.labels["subresource"]
+            counts[f"{sample.labels.get('verb')} {resource}"] += int(sample.value)
+    return counts
 
 
 def api_requests(core: kubernetes.client.CoreV1Api) -> Counter[str]:
-    """The API server's own count of requests so far, by verb, resource and subresource."""
+    """The API server's own count of requests so far."""
     client = core.api_client
     # The test bed's kubeconfig authenticates with a client certificate: no header to add.
-    text = client.call_api("GET", f"{client.configuration.host}/metrics").read().decode()
-    counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        match = REQUEST_LINE.match(line)
-        if match is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
-        if labels.get("verb") == "WATCH":
-            continue
-        resource = labels.get("resource", "")
-        if labels.get("subresource"):
-            resource += "/" + labels["subresource"]
-        counts[f"{labels.get('verb')} {resource}"] += int(float(match["value"]))
-    return counts
+    return request_counts(client.call_api("GET", f"{client.configuration.host}/metrics").read().decode())
 
 
 def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:

@@ -177,3 +177,19 @@ def test_a_component_that_died_says_how(tmp_path: Path) -> None:
     assert ended(killed.pid) == f"signal {signal.SIGKILL.value}"
     assert not processes.is_running(killed.pid, "/bin/sleep")
     assert processes.exit_status(killed.pid) is None  # reaped once; nothing left to tell
+
+
+def test_a_launched_component_counts_as_running_from_the_moment_launch_returns(tmp_path: Path) -> None:
+    # Without waiting in launch, about one launch in a hundred was called gone by the next check.
+    import os
+    import signal
+
+    from hetero_operator.testbed import processes
+
+    called_gone = 0
+    for _ in range(300):
+        launched = processes.launch("sleeper", ["/bin/sleep", "30"], tmp_path)
+        called_gone += not processes.is_running(launched.pid, launched.binary)
+        os.kill(launched.pid, signal.SIGKILL)
+        os.waitpid(launched.pid, 0)
+    assert called_gone == 0

@@ -40,18 +40,33 @@ def launch(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+    # Popen returns once the child's close-on-exec files are closed, which the kernel does a moment
+    # before /proc/<pid>/cmdline shows the new program (1 launch in 100 here): until it does,
+    # is_running() would call the new process gone, and a start-up check would give up on it.
+    deadline = time.monotonic() + 5.0
+    while not is_running(proc.pid, argv[0]) and _state(proc.pid) not in (None, "Z"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.001)
     return Launched(name=name, pid=proc.pid, binary=argv[0], log=log)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, Z, ...); None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def is_running(pid: int, binary: str) -> bool:
     """True when `pid` is alive and still runs `binary` (guards against a recycled pid)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return cmdline == binary and state != "Z"
+    return cmdline == binary and _state(pid) not in (None, "Z")
 
 
 def stop(pid: int, binary: str, grace_seconds: float = 10.0) -> None:
