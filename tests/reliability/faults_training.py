@@ -135,6 +135,7 @@ class OutageSeen:
     plans: tuple[int | None, int | None] = (None, None)  # plan version before, and after an epoch down
     rebalances: tuple[int, int] = (0, 0)  # records before, and after an epoch down
     condition_after: dict[str, Any] = field(default_factory=dict)
+    recovered_seconds: float | None = None  # from Prometheus's start to MetricsAvailable=True
     operator_survived: bool = False
     logged: bool = False  # the operator's log names the outage
 

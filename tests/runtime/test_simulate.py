@@ -81,7 +81,9 @@ def test_pace_stretches_each_part_of_a_segment_as_it_ends() -> None:
     for part, mark in enumerate(marks, start=1):
         assert mark == pytest.approx(0.04 * part, abs=0.015)
     assert duration == pytest.approx(marks[-1], abs=0.01)
-    assert simulator.overrun_seconds == 0.0
+    # The last pace slept to the segment's target, and a sleep ends up to the kernel's timer slack
+    # (50 us by default) late: finish counts that, and only that, as overrun.
+    assert simulator.overrun_seconds < 0.001
 
 
 def test_finish_on_another_thread_is_refused() -> None:

@@ -183,6 +183,7 @@ def test_a_launched_component_counts_as_running_from_the_moment_launch_returns(t
     # Without waiting in launch, about one launch in a hundred was called gone by the next check.
     import os
     import signal
+    import time
 
     from hetero_operator.testbed import processes
 
@@ -191,5 +192,25 @@ def test_a_launched_component_counts_as_running_from_the_moment_launch_returns(t
         launched = processes.launch("sleeper", ["/bin/sleep", "30"], tmp_path)
         called_gone += not processes.is_running(launched.pid, launched.binary)
         os.kill(launched.pid, signal.SIGKILL)
-        os.waitpid(launched.pid, 0)
+        while processes.exit_status(launched.pid) is None:
+            time.sleep(0.001)
     assert called_gone == 0
+
+
+def test_an_exit_status_survives_other_subprocesses_and_garbage_collection(tmp_path: Path) -> None:
+    # The subprocess module reaps children whose Popen objects were dropped (at the next Popen, or in
+    # the finaliser): a component that died during start-up was then reported with no exit status.
+    import gc
+    import subprocess
+    import time
+
+    from hetero_operator.testbed import processes
+
+    exits = processes.launch("exits", ["/bin/sh", "-c", "exit 7"], tmp_path)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{exits.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the shell did not end"
+        time.sleep(0.01)
+    subprocess.run(["true"], check=True)
+    gc.collect()
+    assert processes.exit_status(exits.pid) == "exit code 7"

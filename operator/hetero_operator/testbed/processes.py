@@ -19,6 +19,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The Popen objects of the processes we launched, by pid, until their exit status is collected.
+# Held so that none is garbage-collected: Popen's finaliser reaps a child that already ended (and
+# the subprocess module reaps the others at the next Popen), which would take the exit status that
+# exit_status() is there to report.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 @dataclass(frozen=True)
 class Launched:
     name: str
@@ -40,6 +47,7 @@ def launch(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+    _children[proc.pid] = proc
     # Popen returns once the child's close-on-exec files are closed, which the kernel does a moment
     # before /proc/<pid>/cmdline shows the new program (1 launch in 100 here): until it does,
     # is_running() would call the new process gone, and a start-up check would give up on it.
@@ -97,9 +105,20 @@ def exit_status(pid: int) -> str | None:
     try:
         reaped, status = os.waitpid(pid, os.WNOHANG)
     except (ChildProcessError, ProcessLookupError):
+        _forget(pid, None)
         return None
     if reaped == 0:
         return None
+    code = os.waitstatus_to_exitcode(status)
+    _forget(pid, code)
     if os.WIFSIGNALED(status):
         return f"signal {os.WTERMSIG(status)}"
-    return f"exit code {os.waitstatus_to_exitcode(status)}"
+    return f"exit code {code}"
+
+
+def _forget(pid: int, code: int | None) -> None:
+    """Drop our hold on a reaped child; its Popen learns the code so it never waits on the pid again
+    (which by then may belong to another process)."""
+    proc = _children.pop(pid, None)
+    if proc is not None:
+        proc.returncode = 0 if code is None else code
