@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from tests.operator.live import Jobs, OperatorProcess, wait_for
 
 from hetero_operator import plan as contract
@@ -43,6 +45,38 @@ def test_full_lifecycle_to_success(operator: OperatorProcess, jobs: Jobs, testbe
     status = jobs.wait_phase("train", "Succeeded")
     assert status["observedGeneration"] == 1
     assert wait_for(lambda: {"Placed", "Running", "Succeeded"} <= set(jobs.events("train")), 10, "events")
+
+
+def job_writes(testbed: Testbed) -> Counter[tuple[str, str, str]]:
+    """The API server's count of requests on HeteroTrainJobs: (verb, subresource, code)."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for family in text_string_to_metric_families(testbed.kubectl("get", "--raw", "/metrics").stdout):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "apiserver_request_total" and labels.get("resource") == "heterotrainjobs":
+                key = (labels.get("verb", ""), labels.get("subresource", ""), labels.get("code", ""))
+                counts[key] += int(sample.value)
+    return counts
+
+
+def test_a_burst_of_jobs_is_placed_without_a_conflicting_write(
+    operator: OperatorProcess, jobs: Jobs, testbed: Testbed
+) -> None:
+    # Each new job gets our finalizer and its first status writes; a status write preconditioned on
+    # a resourceVersion older than the finalizer's write would be refused (409) and read again.
+    before = job_writes(testbed)
+    burst = [f"burst-{i}" for i in range(8)]
+    jobs.apply(*(jobs.manifest(name, gpus=1) for name in burst))
+    for name in burst:
+        jobs.wait_phase(name, "Running")
+    made = job_writes(testbed)
+    made.subtract(before)
+    conflicts = {key: n for key, n in made.items() if key[2] == "409" and n}
+    rereads = made[("GET", "status", "200")]
+    assert made[("PATCH", "", "200")] >= len(burst)  # the finalizers
+    assert made[("PATCH", "status", "200")] >= len(burst)
+    assert not conflicts and rereads == 0, f"conflicts {conflicts}, status re-read {rereads} times"
+    jobs.delete_all()
 
 
 def test_invalid_spec_that_passes_the_schema_is_marked_not_valid(

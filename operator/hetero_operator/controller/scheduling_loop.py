@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -263,15 +264,19 @@ class SchedulingLoop:
         return jobs, pods, nodes
 
     async def _add_finalizer(self, facts: JobFacts) -> None:
-        """Our finalizer on every job, so a deletion waits until its objects are removed."""
+        """Our finalizer on every job, so a deletion waits until its objects are removed. It runs on
+        the job's write chain, and the body it returns is what the job's next status write is
+        preconditioned on (beside the chain, every first status write met a 409 and read again)."""
         try:
-            await self.client.merge_patch(
+            body = await self.client.merge_patch(
                 path_of("HeteroTrainJob", facts.namespace, facts.name),
                 {"metadata": {"finalizers": [*facts.finalizers, names.FINALIZER]}},
             )
         except BaseException:
             self._finalizing.pop(facts.key, None)  # the next cycle tries again
             raise
+        if body is not None:
+            self._written[facts.key] = JobFacts.from_body(body)
 
     def _finalizer_due(self, facts: JobFacts) -> bool:
         added = self._finalizing.get(facts.key)
@@ -351,7 +356,7 @@ class SchedulingLoop:
                 self._finalizing.pop(key, None)
             elif self._finalizer_due(facts):
                 self._finalizing[key] = (facts.uid, time.monotonic())
-                self._background(self._add_finalizer(facts))
+                self._enqueue(key, functools.partial(self._add_finalizer, facts))
             job, problems = facts.model, list(facts.problems)
             if job is not None:
                 problems += semantic_problems(job)
