@@ -325,6 +325,8 @@ def proportional_split(
         hi_c *= 2.0
     for _ in range(200):
         mid = 0.5 * (lo_c + hi_c)
+        if mid in (lo_c, hi_c):
+            break  # the interval is down to adjacent floats: more halving changes nothing
         if np.clip(mid * w, lo, hi).sum() < global_batch:
             lo_c = mid
         else:
