@@ -136,6 +136,7 @@ class OutageSeen:
     rebalances: tuple[int, int] = (0, 0)  # records before, and after an epoch down
     condition_after: dict[str, Any] = field(default_factory=dict)
     recovered_seconds: float | None = None  # from Prometheus's start to MetricsAvailable=True
+    epoch_at_restart: int | None = None  # the last epoch finished when Prometheus started again
     operator_survived: bool = False
     logged: bool = False  # the operator's log names the outage
 

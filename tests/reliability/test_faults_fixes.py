@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import httpx
+import pytest
 from tests.operator.builders import allocation, job, pod
 
 from hetero_operator.controller.lifecycle import LifecycleConfig, Observation, reconcile
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
+from hetero_operator.rebalance import runner
 from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
 from hetero_operator.resources import Condition, ConditionStatus, HeteroTrainJobStatus, Phase
 
@@ -64,6 +67,66 @@ def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None
     back = asyncio.run(tick())
     assert (back["status"], back["reason"]) == ("True", "PrometheusReachable")
     assert not memory.prometheus_unreachable
+
+
+def test_a_pass_that_says_prometheus_is_back_and_then_a_rank_is_missing_stamps_both_transitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prometheus answers again (True), but a rank has not been scraped under this plan yet (False):
+    the second write must see the first, or it keeps the outage's transition time and the condition
+    reads as if it had never been True."""
+    clock = iter(f"2026-01-01T00:00:0{second}Z" for second in range(10))
+    monkeypatch.setattr(runner, "_now", lambda: next(clock))
+    store = PlanStore(Plan(version=1, world_size=2, global_batch=64, local_batches=[32, 32]))
+    store.status["conditions"] = [
+        {
+            "type": "MetricsAvailable",
+            "status": "False",
+            "reason": "PrometheusUnavailable",
+            "message": "Prometheus at http://prometheus.invalid is unreachable (ConnectError)",
+            "lastTransitionTime": "2025-12-31T23:59:59Z",
+        }
+    ]
+    written: list[dict[str, Any]] = []
+    merge_patch = store.merge_patch
+
+    async def recording(path: str, patch: Any) -> dict[str, Any] | None:
+        written.extend(c for c in patch["status"].get("conditions") or [] if c["type"] == "MetricsAvailable")
+        return await merge_patch(path, patch)
+
+    store.merge_patch = recording  # type: ignore[method-assign]
+
+    def prometheus(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        if query.startswith("max(heterotrain_worker_epoch"):
+            result = [{"metric": {}, "value": [0, "3"]}]
+        elif "heterotrain_worker_step_compute_seconds_sum" in query:
+            result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]  # rank 0 not scraped yet
+        else:
+            result = []
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    async def tick() -> None:
+        # The body is the snapshot the pass started from, as a watch event delivers it.
+        body = {
+            "metadata": {"namespace": "ns", "name": "job"},
+            "spec": {},
+            "status": copy.deepcopy(store.status),
+        }
+        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
+            await Rebalancer(store, http, RebalancerSettings("http://prometheus.invalid")).tick(
+                body, JobMemory()
+            )
+
+    asyncio.run(tick())
+    seen = [(c["status"], c["reason"], c["lastTransitionTime"]) for c in written]
+    assert seen == [
+        ("True", "PrometheusReachable", "2026-01-01T00:00:00Z"),
+        ("False", "InvalidMetrics", "2026-01-01T00:00:01Z"),
+    ], seen
+    assert "rank(s) [0]" in written[-1]["message"]
 
 
 def _status(phase: Phase, generation: int) -> HeteroTrainJobStatus:

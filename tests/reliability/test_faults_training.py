@@ -33,10 +33,11 @@ from hetero_operator.testbed.cluster import Testbed
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(300)]
 
 JOB = "digits"
-# Epochs enough for the job to outlive the outage by several epochs: a restarted Prometheus has to
-# rediscover the pods and scrape each one before the rebalancer sees every rank again (with 8 epochs
-# a fast host finished the job 4.5 s after the restart, before the slowest rank was scraped).
-EPOCHS = 12
+# Epochs enough for the job to outlive the outage by many seconds: a restarted Prometheus passes on
+# the pods it discovers only after about 5 s and then has to scrape each one before the rebalancer sees
+# every rank again. An epoch takes about a second on a fast host and the outage alone lasts 8 s; with
+# 12 epochs a run ended 3 epochs after the restart, before the restarted rank 0 had ever been scraped.
+EPOCHS = 30
 KILLED_RANK = 1
 METRICS = "MetricsAvailable"
 MIN_OUTAGE_SECONDS = 8.0  # four rebalancer passes
@@ -172,6 +173,7 @@ def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSee
         bed.start_component("prometheus")
         seen.down_seconds = time.monotonic() - stopped
         started = time.monotonic()
+        seen.epoch_at_restart = max((line["epoch"] for line in rank0.progress()), default=None)
     back = cluster.until(
         lambda s: condition(s.jobs[JOB], METRICS).get("status") == "True" or s.phase(JOB) != "Running",
         90,

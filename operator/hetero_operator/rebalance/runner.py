@@ -161,7 +161,7 @@ class Rebalancer:
             # Say the outage is over now: the next decision, which would say so too, may never come
             # once the split has settled.
             log.info("%s: Prometheus answers again", status_path)
-            await self._set_condition(
+            status = await self._set_condition(
                 status_path, status, True, "PrometheusReachable", "Prometheus answers again"
             )
         await self._progress(status_path, spec, measured, memory)
@@ -182,7 +182,7 @@ class Rebalancer:
         except MetricsUnavailable as why:
             await self._set_condition(status_path, status, False, "InvalidMetrics", str(why))
             return None
-        await self._set_condition(
+        status = await self._set_condition(
             status_path, status, True, "WorkersReporting", "every worker reports metrics"
         )
         memory.measured[plan.version] = measured
@@ -249,12 +249,16 @@ class Rebalancer:
 
     async def _set_condition(
         self, path: str, status: Mapping[str, Any], ok: bool, reason: str, message: str
-    ) -> None:
+    ) -> Mapping[str, Any]:
+        """Write the condition; the status as it now stands, for a later write in the same pass
+        (which must not judge a transition against the condition as it was before this one)."""
         conditions = _conditions_with(status, ok, reason, message)
-        if conditions is not None:
-            if not ok:
-                log.warning("%s: %s", path, message)
-            await patch_status(self.client, path, {"conditions": conditions}, owned_by_rebalancer)
+        if conditions is None:
+            return status
+        if not ok:
+            log.warning("%s: %s", path, message)
+        await patch_status(self.client, path, {"conditions": conditions}, owned_by_rebalancer)
+        return {**status, "conditions": conditions}
 
     async def _publish(
         self,
