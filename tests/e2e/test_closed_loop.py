@@ -14,8 +14,9 @@ import pytest
 from rich.console import Console
 from tests.operator.live import account_kubeconfig, chart_service_account
 
+from hetero_operator import metric_names as names
 from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
-from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
+from hetero_operator.demo.run import NAMESPACE, DemoSettings, demo_job, run_demo
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
@@ -54,6 +55,23 @@ def _query(prometheus: str, expr: str) -> list[Any]:
     return list(body["data"]["result"])
 
 
+def _mean_compute_seconds_by_rank(prometheus: str, job: str, plan_version: int) -> dict[int, float]:
+    """Each rank's mean compute time per step under one plan version, as the rebalancer averages it
+    (the series may have gone stale since the job ended: their last values are taken)."""
+    labels = f'{names.LABEL_NAMESPACE}="{NAMESPACE}",{names.LABEL_JOB}="{job}",'
+    labels += f'{names.LABEL_PLAN_VERSION}="{plan_version}"'
+    by = f"sum by ({names.LABEL_RANK})"
+
+    def last(series: str) -> str:
+        return f"{by} (last_over_time({series}{{{labels}}}[1h]))"
+
+    histogram = names.STEP_COMPUTE_SECONDS
+    rows = _query(
+        prometheus, f"{last(names.histogram_sum(histogram))} / {last(names.histogram_count(histogram))}"
+    )
+    return {int(row["metric"][names.LABEL_RANK]): float(row["value"][1]) for row in rows}
+
+
 def _condition(state: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (state.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
@@ -83,15 +101,23 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(
     assert report["final_accuracy"] >= 0.9
     final = report["local_batches"][-1]
     assert final[0] > final[1] > final[2], "the fastest worker gets the largest batch"
-    # The first measured split (per-sample speeds, after the even warm-up) tracks the speeds. Later
-    # OptPerf splits may move further from 4:2:1 when fixed per-step costs make that faster.
+    # The first measured split (after the even warm-up) is in proportion to the per-sample speeds the
+    # workers showed under the even split. Those are near the simulated 4:2:1, but a shared 2-core
+    # host moves them by up to a fifth (one run measured the slow worker at 4.8x the fast one's time),
+    # so the split is held to what was measured, not to the nominal speeds. Later OptPerf splits may
+    # move further when fixed per-step costs make that faster.
+    even = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 1)
     measured_split = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 2)
-    for got, want in zip(
-        (measured_split[0] / measured_split[2], measured_split[1] / measured_split[2]),
-        (4.0, 2.0),
-        strict=True,
-    ):
-        assert abs(got - want) / want <= 0.2, f"split {measured_split} is not within 20% of 4:2:1"
+    compute = _mean_compute_seconds_by_rank(loop_bed.prometheus_url, "digits", plan_version=1)
+    assert sorted(compute) == [0, 1, 2], f"compute times under the even split: {compute}"
+    per_sample = [compute[rank] / even[rank] for rank in range(3)]
+    assert per_sample[0] < per_sample[1] < per_sample[2], f"the simulated speeds' order: {per_sample}"
+    for rank in (0, 1):
+        got, want = measured_split[rank] / measured_split[2], per_sample[2] / per_sample[rank]
+        assert abs(got - want) / want <= 0.1, (
+            f"split {measured_split} is not within 10% of the measured speeds "
+            f"(per-sample compute ms {[round(1e3 * t, 3) for t in per_sample]})"
+        )
     assert report["speedup_vs_even_epoch"] >= 1.5
     status = report["status"]
     assert status["rebalances"], "at least one rebalance is recorded"
