@@ -17,6 +17,7 @@ from tests.operator.live import account_kubeconfig, chart_service_account
 from hetero_operator import metric_names as names
 from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
 from hetero_operator.demo.run import NAMESPACE, DemoSettings, demo_job, run_demo
+from hetero_operator.rebalance import promql
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
@@ -49,26 +50,18 @@ def settings_for(output: Path, kubeconfig: Path) -> DemoSettings:
     return DemoSettings(output=output, operator_kubeconfig=kubeconfig)
 
 
-def _query(prometheus: str, expr: str) -> list[Any]:
-    body = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10).json()
+def _query(prometheus: str, expr: str, at: str | None = None) -> list[Any]:
+    params = {"query": expr} if at is None else {"query": expr, "time": at}
+    body = httpx.get(f"{prometheus}/api/v1/query", params=params, timeout=10).json()
     assert body["status"] == "success", (expr, body)
     return list(body["data"]["result"])
 
 
-def _mean_compute_seconds_by_rank(prometheus: str, job: str, plan_version: int) -> dict[int, float]:
-    """Each rank's mean compute time per step under one plan version, as the rebalancer averages it
-    (the series may have gone stale since the job ended: their last values are taken)."""
-    labels = f'{names.LABEL_NAMESPACE}="{NAMESPACE}",{names.LABEL_JOB}="{job}",'
-    labels += f'{names.LABEL_PLAN_VERSION}="{plan_version}"'
-    by = f"sum by ({names.LABEL_RANK})"
-
-    def last(series: str) -> str:
-        return f"{by} (last_over_time({series}{{{labels}}}[1h]))"
-
-    histogram = names.STEP_COMPUTE_SECONDS
-    rows = _query(
-        prometheus, f"{last(names.histogram_sum(histogram))} / {last(names.histogram_count(histogram))}"
-    )
+def _mean_compute_seconds_by_rank(prometheus: str, job: str, plan_version: int, at: str) -> dict[int, float]:
+    """Each rank's mean compute time per step under one plan version as the rebalancer read it at
+    `at` (its decision's time): the steps run after the decision do not count."""
+    expr = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, plan_version))
+    rows = _query(prometheus, expr, at)
     return {int(row["metric"][names.LABEL_RANK]): float(row["value"][1]) for row in rows}
 
 
@@ -108,7 +101,8 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(
     # move further when fixed per-step costs make that faster.
     even = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 1)
     measured_split = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 2)
-    compute = _mean_compute_seconds_by_rank(loop_bed.prometheus_url, "digits", plan_version=1)
+    decided = next(r for r in report["status"]["rebalances"] if r["fromVersion"] == 1)
+    compute = _mean_compute_seconds_by_rank(loop_bed.prometheus_url, "digits", 1, decided["time"])
     assert sorted(compute) == [0, 1, 2], f"compute times under the even split: {compute}"
     per_sample = [compute[rank] / even[rank] for rank in range(3)]
     assert per_sample[0] < per_sample[1] < per_sample[2], f"the simulated speeds' order: {per_sample}"
@@ -118,6 +112,7 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(
             f"split {measured_split} is not within 10% of the measured speeds "
             f"(per-sample compute ms {[round(1e3 * t, 3) for t in per_sample]})"
         )
+        print(f"split check, rank {rank}: {got:.3f} against the measured {want:.3f}")
     assert report["speedup_vs_even_epoch"] >= 1.5
     status = report["status"]
     assert status["rebalances"], "at least one rebalance is recorded"

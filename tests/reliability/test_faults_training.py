@@ -103,6 +103,7 @@ def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyp
         ),
     )
     down = [*outage_problems(outage), *errors]
+    recovered = float("nan") if outage.recovered_seconds is None else outage.recovered_seconds
     record(
         area="fault",
         what=(
@@ -116,7 +117,7 @@ def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyp
             "MetricsAvailable=False (PrometheusUnavailable) and the outage in the operator's log; no plan "
             "written and no rebalance recorded without metrics; the job kept Running on its plan; "
             "MetricsAvailable=True again once Prometheus was back (after "
-            f"{outage.recovered_seconds or float('nan'):.1f} s); the same operator process throughout"
+            f"{recovered:.1f} s); the same operator process throughout"
         ),
     )
     assert not killed, killed
