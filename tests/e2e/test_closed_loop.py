@@ -46,6 +46,18 @@ def operator_kubeconfig(loop_bed: Testbed, tmp_path_factory: pytest.TempPathFact
         yield account_kubeconfig(loop_bed, account, root / "operator.kubeconfig")
 
 
+@pytest.fixture(autouse=True)
+def show_on_failure(loop_bed: Testbed, tmp_path: Path) -> Iterator[None]:
+    """Print the run's report and the operator's log at teardown; pytest shows them when a test fails."""
+    yield
+    report = tmp_path / "report.json"
+    if report.exists():
+        print(f"--- report.json ---\n{report.read_text()[-8000:]}")
+    log = loop_bed.root / "logs" / "operator.log"
+    if log.exists():
+        print("--- operator log ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-80:]))
+
+
 def settings_for(output: Path, kubeconfig: Path) -> DemoSettings:
     return DemoSettings(output=output, operator_kubeconfig=kubeconfig)
 

@@ -228,12 +228,17 @@ class Cluster:
             self.core.patch_namespaced_pod(pod, self.namespace, patch)
 
     def finish_job(self, job: str, code: int = 0) -> None:
-        """End every live pod of the job's current generation with `code`."""
-        generation = (status(self.snapshot.jobs[job]).get("allocation") or {}).get("generation")
+        """End every live pod of the job's current generation with `code`. A job's status is written
+        before its pods are created, so a snapshot can show a generation whose pods are not all there
+        yet: wait for every one of its workers to have a pod first."""
+        snapshot = self.until(
+            lambda s: not missing_workers(s, job), 20, f"every worker of {job} to have a pod"
+        )
+        generation = (status(snapshot.jobs[job]).get("allocation") or {}).get("generation")
         self.finish(
             [
                 p["metadata"]["name"]
-                for p in self.snapshot.job_pods(job)
+                for p in snapshot.job_pods(job)
                 if live(p) and rank_and_generation(p)[1] == generation
             ],
             code,
@@ -302,6 +307,14 @@ def workers_by_node(snapshot: Snapshot, job: str) -> dict[str, list[int]]:
     for worker in (status(snapshot.jobs[job]).get("allocation") or {}).get("workers") or []:
         placed[worker["node"]].append(worker["rank"])
     return dict(placed)
+
+
+def missing_workers(snapshot: Snapshot, job: str) -> set[int]:
+    """Ranks of the job's current allocation that have no pod of that generation yet."""
+    allocation = status(snapshot.jobs[job]).get("allocation") or {}
+    ranks = {worker["rank"] for worker in allocation.get("workers") or []}
+    pods = [rank_and_generation(p) for p in snapshot.job_pods(job)]
+    return ranks - {rank for rank, generation in pods if generation == allocation.get("generation")}
 
 
 def generation(snapshot: Snapshot, job: str) -> int | None:
