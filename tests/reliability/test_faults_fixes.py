@@ -96,37 +96,56 @@ def test_a_pass_that_says_prometheus_is_back_and_then_a_rank_is_missing_stamps_b
 
     store.merge_patch = recording  # type: ignore[method-assign]
 
-    def prometheus(request: httpx.Request) -> httpx.Response:
-        query = request.url.params["query"]
-        if query.startswith("max(heterotrain_worker_epoch"):
-            result = [{"metric": {}, "value": [0, "3"]}]
-        elif "heterotrain_worker_step_compute_seconds_sum" in query:
-            result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]  # rank 0 not scraped yet
-        else:
-            result = []
-        return httpx.Response(
-            200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
-        )
-
-    async def tick() -> None:
-        # The body is the snapshot the pass started from, as a watch event delivers it.
-        body = {
-            "metadata": {"namespace": "ns", "name": "job"},
-            "spec": {},
-            "status": copy.deepcopy(store.status),
-        }
-        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
-            await Rebalancer(store, http, RebalancerSettings("http://prometheus.invalid")).tick(
-                body, JobMemory()
-            )
-
-    asyncio.run(tick())
+    # The body is the snapshot the pass started from, as a watch event delivers it; no grace for the
+    # missing rank, so that the pass writes both transitions.
+    settings = RebalancerSettings("http://prometheus.invalid", rediscovery_grace_seconds=0)
+    asyncio.run(_tick_with_rank_0_unscraped(store, settings, JobMemory()))
     seen = [(c["status"], c["reason"], c["lastTransitionTime"]) for c in written]
     assert seen == [
         ("True", "PrometheusReachable", "2026-01-01T00:00:00Z"),
         ("False", "InvalidMetrics", "2026-01-01T00:00:01Z"),
     ], seen
     assert "rank(s) [0]" in written[-1]["message"]
+
+
+def _rank_0_unscraped(request: httpx.Request) -> httpx.Response:
+    """A Prometheus at epoch 3 of plan version 1 that has series for rank 1 only."""
+    query = request.url.params["query"]
+    if query.startswith("max(heterotrain_worker_epoch"):
+        result = [{"metric": {}, "value": [0, "3"]}]
+    elif "heterotrain_worker_step_compute_seconds_sum" in query:
+        result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]
+    else:
+        result = []
+    return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+async def _tick_with_rank_0_unscraped(
+    store: PlanStore, settings: RebalancerSettings, memory: JobMemory
+) -> None:
+    body = {"metadata": {"namespace": "ns", "name": "job"}, "spec": {}, "status": copy.deepcopy(store.status)}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_rank_0_unscraped)) as http:
+        await Rebalancer(store, http, settings).tick(body, memory)
+
+
+def test_a_rank_not_yet_scraped_by_a_prometheus_just_back_is_waited_for_then_reported() -> None:
+    """A restarted Prometheus scrapes each worker again only after it has rediscovered the pods: a
+    rank without series in those first moments is not a fault; one still without them later is."""
+    store = PlanStore(Plan(version=1, world_size=2, global_batch=64, local_batches=[32, 32]))
+    memory = JobMemory(prometheus_unreachable=True)  # the last pass found Prometheus down
+    settings = RebalancerSettings("http://prometheus.invalid", rediscovery_grace_seconds=30)
+
+    def metrics_available() -> tuple[str, str] | None:
+        found = [c for c in store.status.get("conditions") or [] if c["type"] == "MetricsAvailable"]
+        return (found[0]["status"], found[0]["reason"]) if found else None
+
+    asyncio.run(_tick_with_rank_0_unscraped(store, settings, memory))
+    assert memory.prometheus_back_at is not None and not memory.prometheus_unreachable
+    assert metrics_available() is None, "no fault is reported while Prometheus rediscovers the pods"
+    memory.prometheus_back_at -= 31  # the grace has passed, and rank 0 still has no series
+    asyncio.run(_tick_with_rank_0_unscraped(store, settings, memory))
+    assert metrics_available() == ("False", "InvalidMetrics")
+    assert "rank(s) [0]" in store.status["conditions"][0]["message"]
 
 
 def _status(phase: Phase, generation: int) -> HeteroTrainJobStatus:

@@ -32,12 +32,17 @@ class MetricsUnavailable(Exception):
     """The metrics cannot be trusted for a decision; the message is the condition's reason text."""
 
 
+class MissingRanks(MetricsUnavailable):
+    """Some rank has no series under the plan: a fault, unless Prometheus has only just come back and
+    not scraped every worker yet."""
+
+
 def check(measured: JobMeasurements, world_size: int, min_steps: int, max_staleness_seconds: float) -> None:
     """Raise MetricsUnavailable unless every rank reported enough finite, non-negative samples."""
     ranks = {w.rank for w in measured.workers}
     missing = sorted(set(range(world_size)) - ranks)
     if missing:
-        raise MetricsUnavailable(f"no metrics for rank(s) {missing} at plan version {measured.plan_version}")
+        raise MissingRanks(f"no metrics for rank(s) {missing} at plan version {measured.plan_version}")
     for worker in measured.workers:
         values = {
             "compute": worker.compute_seconds,

@@ -24,6 +24,7 @@ from hetero_operator.rebalance.decide import BatchPolicy, RebalanceDecision, con
 from hetero_operator.rebalance.measurements import (
     JobMeasurements,
     MetricsUnavailable,
+    MissingRanks,
     NotEnoughSamples,
     check,
 )
@@ -52,6 +53,9 @@ class RebalancerSettings:
     prometheus_url: str
     min_steps: int = 3
     max_staleness_seconds: float = 60.0
+    # A Prometheus that comes back finds the worker pods again and scrapes each within a few
+    # intervals; a rank it has not scraped by then is missing in earnest.
+    rediscovery_grace_seconds: float = 30.0
 
 
 @dataclass
@@ -64,6 +68,7 @@ class JobMemory:
     last_decided_version: int = 0
     converged: bool = False  # the last rebalance did not pay off as measured: keep the split
     prometheus_unreachable: bool = False  # the last pass could not reach Prometheus
+    prometheus_back_at: float | None = None  # monotonic time Prometheus answered after an outage
 
 
 def _now() -> str:
@@ -156,6 +161,8 @@ class Rebalancer:
             memory.prometheus_unreachable = True
             await self._set_condition(status_path, status, False, PROMETHEUS_UNAVAILABLE, str(why))
             return None
+        if memory.prometheus_unreachable or _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
+            memory.prometheus_back_at = time.monotonic()
         memory.prometheus_unreachable = False
         if _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
             # Say the outage is over now: the next decision, which would say so too, may never come
@@ -180,6 +187,11 @@ class Rebalancer:
         except NotEnoughSamples:
             return None
         except MetricsUnavailable as why:
+            if isinstance(why, MissingRanks) and self._rediscovering(memory):
+                log.info(
+                    "%s: %s; Prometheus is back since moments ago: waiting for its scrapes", status_path, why
+                )
+                return None
             await self._set_condition(status_path, status, False, "InvalidMetrics", str(why))
             return None
         status = await self._set_condition(
@@ -207,6 +219,10 @@ class Rebalancer:
         memory.last_decided_version = plan.version
         await self._publish(namespace, name, status_path, status, plan, decision)
         return decision
+
+    def _rediscovering(self, memory: JobMemory) -> bool:
+        back = memory.prometheus_back_at
+        return back is not None and time.monotonic() - back < self.settings.rediscovery_grace_seconds
 
     async def _history(self, namespace: str, job: str, memory: JobMemory) -> dict[int, list[PerfSample]]:
         """Samples of every plan version measured so far, oldest first (refetched after a restart)."""
