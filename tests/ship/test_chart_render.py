@@ -10,10 +10,14 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import typer
 import yaml
 from helm_chart import CHART, Manifest, helm, of_kind, one, render, validate
 
+from hetero_operator.cli import app
+from hetero_operator.controller.lifecycle import ConditionType
 from hetero_operator.dashboards import DASHBOARDS
+from hetero_operator.rebalance import runner as rebalancer
 from hetero_operator.resources import GPUClass
 from hetero_operator.resources.crd import all_crds
 from hetero_operator.ship.chart_crds import KEEP_ANNOTATION, stale_files
@@ -55,7 +59,12 @@ TOGGLES: dict[str, dict[str, Any]] = {
     "existing-service-account": {"serviceAccount": {"create": False, "name": "ops"}},
     "no-rbac": {"rbac": {"create": False}},
     "verbose-extra": {
-        "operator": {"verbose": True, "extraArgs": ["--flag"], "extraEnv": [{"name": "A", "value": "1"}]},
+        "operator": {
+            "verbose": True,
+            "checkpointGraceSeconds": 120,
+            "extraArgs": ["--flag"],
+            "extraEnv": [{"name": "A", "value": "1"}],
+        },
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "ops", "operator": "Exists"}],
         "podAnnotations": {"a": "b"},
@@ -126,7 +135,7 @@ def test_defaults(rendered: dict[str, list[Manifest]]) -> None:
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     main = container(manifests)
     assert main["image"] == "heterotrain/operator:0.1.0"
-    assert main["args"] == ["--metrics-port=8080", "--api-port=8443"]
+    assert main["args"] == ["--metrics-port=8080", "--api-port=8443", "--checkpoint-grace=30"]
     assert {p["name"] for p in main["ports"]} == {"metrics", "api"}
     service = one(manifests, "Service")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"metrics", "api"}
@@ -150,6 +159,16 @@ def test_operator_runs_locked_down(rendered: dict[str, list[Manifest]]) -> None:
     assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "api"}
     assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "api"}
     assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+
+
+def test_every_argument_the_chart_passes_is_an_operator_option(rendered: dict[str, list[Manifest]]) -> None:
+    command = typer.main.get_command(app).commands["operator"]  # type: ignore[attr-defined]
+    options = {opt for param in command.params for opt in param.opts}
+    for name, manifests in rendered.items():
+        extra = TOGGLES[name].get("operator", {}).get("extraArgs", [])
+        passed = [arg.split("=", 1)[0] for arg in container(manifests)["args"] if arg not in extra]
+        assert set(passed) <= options, (name, sorted(set(passed) - options))
+    assert "--checkpoint-grace=120" in container(rendered["verbose-extra"])["args"]
 
 
 def test_a_prometheus_url_turns_rebalancing_on(rendered: dict[str, list[Manifest]]) -> None:
@@ -349,3 +368,10 @@ def test_install_guide_names_files_that_exist() -> None:
     assert {"helm/heterotrain/dashboards/gpu-pools.json", "trainer_image/Dockerfile"} <= paths
     for path in paths:
         assert (CHART.parents[1] / path).exists(), path
+
+
+def test_install_guide_explains_every_condition_a_job_can_carry() -> None:
+    guide = (CHART.parents[1] / "docs" / "install.md").read_text()
+    table = guide[guide.index("### Reading a job's status") :]
+    rows = {line.split("|")[1].strip(" `") for line in table.splitlines() if line.startswith("| `")}
+    assert rows == {*ConditionType, rebalancer.CONDITION}
