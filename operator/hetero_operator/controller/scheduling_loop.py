@@ -455,7 +455,7 @@ class SchedulingLoop:
                     await self.client.delete(path_of("Pod", namespace, name))
                 await self._request_checkpoint(namespace, step.request_checkpoint)
                 if create:
-                    self._background(self._create_generation(job_now, view, replace_plan=False))
+                    self._background(self._create_generation(job_now, view))
                 for event in step.events:
                     self._background(self._event(job_now, event))
 
@@ -590,7 +590,11 @@ class SchedulingLoop:
             return age > RETRY_CREATION_SECONDS
         return created.state == "done" and age > RECHECK_CREATED_SECONDS
 
-    async def _create_generation(self, job: HeteroTrainJob, view: ClusterView, replace_plan: bool) -> None:
+    async def _create_generation(
+        self, job: HeteroTrainJob, view: ClusterView, plan: PlanDocument | None = None
+    ) -> None:
+        """Create a generation's objects; `plan` is the one a placement just built (it replaces any
+        older plan ConfigMap), None when recreating, which keeps the plan the job already has."""
         status = _status_of(job)
         allocation = status.allocation
         if allocation is None or not allocation.workers:
@@ -598,7 +602,7 @@ class SchedulingLoop:
         key = (f"{job.namespace}/{job.name}", str(job.metadata.get("uid", "")), allocation.generation)
         self._created[key] = _Creation(time.monotonic(), "running")
         try:
-            await self._create_objects(job, status, allocation, view, replace_plan)
+            await self._create_objects(job, status, allocation, view, plan)
         except BaseException:
             self._created[key] = _Creation(time.monotonic(), "failed")
             raise
@@ -610,11 +614,8 @@ class SchedulingLoop:
         status: HeteroTrainJobStatus,
         allocation: StatusAllocation,
         view: ClusterView,
-        replace_plan: bool,
+        placed_plan: PlanDocument | None,
     ) -> None:
-        version = status.plan.version if status.plan is not None else 1
-        predicted = status.plan.predicted_iteration_seconds if status.plan is not None else None
-        plan = initial_plan(job.spec, allocation, view.speeds(), version, predicted or None)
         settings = launcher.LaunchSettings(
             metrics_port=self.config.launch.metrics_port,
             master_port=self.config.launch.master_port,
@@ -622,11 +623,13 @@ class SchedulingLoop:
             run_as_user=self.config.launch.run_as_user,
             classes=view.launch_classes(),
         )
-        config_map = launcher.plan_config_map(job, plan)
-        if replace_plan:
-            await self.client.create_or_replace_data(config_map)
+        if placed_plan is not None:
+            await self.client.create_or_replace_data(launcher.plan_config_map(job, placed_plan))
         else:
-            await self.client.create(config_map)
+            version = status.plan.version if status.plan is not None else 1
+            predicted = status.plan.predicted_iteration_seconds if status.plan is not None else None
+            plan = initial_plan(job.spec, allocation, view.speeds(), version, predicted or None)
+            await self.client.create(launcher.plan_config_map(job, plan))
         await self.client.create(launcher.headless_service(job, settings))
         claim = launcher.checkpoint_claim(job, settings)
         if claim is not None:
@@ -691,7 +694,7 @@ class SchedulingLoop:
         async def then(job_now: HeteroTrainJob) -> None:
             if generation == 0:
                 self.metrics.placement_seconds.observe(max(0.0, time.time() - item.facts.created_at))
-            self._background(self._create_generation(job_now, view, replace_plan=True))
+            self._background(self._create_generation(job_now, view, plan))
             self._background(self._event(job_now, JobEvent("Normal", "Placed", message)))
 
         item.job = job.model_copy(update={"status": placed(job, chosen, plan_status(plan), predicted, now)})
