@@ -69,6 +69,26 @@ def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None
     assert not memory.prometheus_unreachable
 
 
+def _rank_0_unscraped(request: httpx.Request) -> httpx.Response:
+    """A Prometheus at epoch 3 of plan version 1 that has series for rank 1 only."""
+    query = request.url.params["query"]
+    if query.startswith("max(heterotrain_worker_epoch"):
+        result = [{"metric": {}, "value": [0, "3"]}]
+    elif "heterotrain_worker_step_compute_seconds_sum" in query:
+        result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]
+    else:
+        result = []
+    return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+async def _tick_with_rank_0_unscraped(
+    store: PlanStore, settings: RebalancerSettings, memory: JobMemory
+) -> None:
+    body = {"metadata": {"namespace": "ns", "name": "job"}, "spec": {}, "status": copy.deepcopy(store.status)}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_rank_0_unscraped)) as http:
+        await Rebalancer(store, http, settings).tick(body, memory)
+
+
 def test_a_pass_that_says_prometheus_is_back_and_then_a_rank_is_missing_stamps_both_transitions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -106,26 +126,6 @@ def test_a_pass_that_says_prometheus_is_back_and_then_a_rank_is_missing_stamps_b
         ("False", "InvalidMetrics", "2026-01-01T00:00:01Z"),
     ], seen
     assert "rank(s) [0]" in written[-1]["message"]
-
-
-def _rank_0_unscraped(request: httpx.Request) -> httpx.Response:
-    """A Prometheus at epoch 3 of plan version 1 that has series for rank 1 only."""
-    query = request.url.params["query"]
-    if query.startswith("max(heterotrain_worker_epoch"):
-        result = [{"metric": {}, "value": [0, "3"]}]
-    elif "heterotrain_worker_step_compute_seconds_sum" in query:
-        result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]
-    else:
-        result = []
-    return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
-
-
-async def _tick_with_rank_0_unscraped(
-    store: PlanStore, settings: RebalancerSettings, memory: JobMemory
-) -> None:
-    body = {"metadata": {"namespace": "ns", "name": "job"}, "spec": {}, "status": copy.deepcopy(store.status)}
-    async with httpx.AsyncClient(transport=httpx.MockTransport(_rank_0_unscraped)) as http:
-        await Rebalancer(store, http, settings).tick(body, memory)
 
 
 def test_a_rank_not_yet_scraped_by_a_prometheus_just_back_is_waited_for_then_reported() -> None:

@@ -161,10 +161,11 @@ class Rebalancer:
             memory.prometheus_unreachable = True
             await self._set_condition(status_path, status, False, PROMETHEUS_UNAVAILABLE, str(why))
             return None
-        if memory.prometheus_unreachable or _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
+        said_unavailable = _condition_reason(status) == PROMETHEUS_UNAVAILABLE
+        if memory.prometheus_unreachable or said_unavailable:
             memory.prometheus_back_at = time.monotonic()
         memory.prometheus_unreachable = False
-        if _condition_reason(status) == PROMETHEUS_UNAVAILABLE:
+        if said_unavailable:
             # Say the outage is over now: the next decision, which would say so too, may never come
             # once the split has settled.
             log.info("%s: Prometheus answers again", status_path)
