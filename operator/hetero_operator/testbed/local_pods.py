@@ -9,6 +9,7 @@ directories, and cluster DNS names of sibling pods resolve to their loopback add
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -224,6 +225,9 @@ def process_plan(
         "HOME": str(pod_dir),
         "PYTHONUNBUFFERED": "1",
     }
+    if os.environ.get("PYTHONPATH"):
+        # A checkout run through PYTHONPATH (not the installed one) runs its pods from the same sources.
+        base_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     working_dir = container.get("workingDir")
     cwd = Path(_rewrite_paths(working_dir, mounts)) if working_dir else pod_dir
     return ProcessPlan(argv=argv, env={**base_env, **env}, cwd=cwd, volume_dirs=dict(volume_dirs))
