@@ -112,7 +112,7 @@ def queued_status() -> HeteroTrainJobStatus:
     waiting = Condition(
         type="Placed",
         status=ConditionStatus.FALSE,
-        reason="Unschedulable",
+        reason="WaitingForGPUs",
         message=QUEUED_MESSAGE,
         last_transition_time=STARTED,
     )

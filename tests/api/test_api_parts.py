@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from api_cases import job_spec
+from rich.console import Console
 
 from hetero_operator.api.access import (
     Caller,
@@ -18,7 +19,7 @@ from hetero_operator.api.access import (
 )
 from hetero_operator.api.jobs import job_detail, job_summary
 from hetero_operator.api.pools import pools
-from hetero_operator.cli.job_tables import age
+from hetero_operator.cli.job_tables import age, describe_job
 from hetero_operator.cli.jobs import local_log_path, what_if_request, worker_pods
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.scheduler import Allocation, GPUClassInfo, JobRequest, NodeInfo, Snapshot, WorkerSlot
@@ -92,7 +93,7 @@ def test_a_queued_job_shows_why_it_waits() -> None:
             {
                 "type": "Placed",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": "WaitingForGPUs",
                 "message": "needs 2 GPUs at once (gpus.min); class fast: 0 of 2 GPUs free",
                 "lastTransitionTime": "2030-01-01T00:00:05Z",
             }
@@ -103,6 +104,31 @@ def test_a_queued_job_shows_why_it_waits() -> None:
     assert summary.message.endswith("class fast: 0 of 2 GPUs free")
     assert (summary.gpus, summary.classes, summary.epochs) == (0, "", 3)
     assert summary.created == datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_describe_shows_the_wait_per_class_from_the_status_data() -> None:
+    waiting = {
+        "reason": "InsufficientCapacity",
+        "classes": [
+            {
+                "gpuClass": "fast",
+                "verdict": "NoSchedulableNodes",
+                "nodes": 2,
+                "excluded": [
+                    {"filter": "taint kwok.x-k8s.io/node=fake:NoSchedule not tolerated", "nodes": 2}
+                ],
+            },
+            {"gpuClass": "slow", "verdict": "NotEnoughFree", "free": 1, "wanted": 2, "nodes": 1},
+        ],
+    }
+    status = {"phase": "Queued", "waiting": waiting}
+    detail = job_detail(JobFacts.from_body(_job_body(status)))
+    console = Console(width=200, record=True)
+    console.print(describe_job(detail))
+    text = console.export_text()
+    assert "Waiting (InsufficientCapacity), per GPU class" in text
+    assert "no schedulable nodes (2 of 2 nodes excluded: 2 taint kwok.x-k8s.io/node=fake:NoSchedule" in text
+    assert "1 of 2 GPUs free" in text
 
 
 def test_an_invalid_job_lists_its_problems() -> None:

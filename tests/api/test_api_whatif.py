@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from hetero_operator.api.models import PoolSpec, WhatIfRequest, WhatIfResult
-from hetero_operator.api.whatif import class_reasons, pool_snapshot, unused_key, what_if
+from hetero_operator.api.whatif import pool_snapshot, unused_key, what_if
 from hetero_operator.scheduler import (
     Allocation,
     GPUClassInfo,
@@ -80,10 +80,13 @@ def test_a_job_too_big_for_the_pool_explains_itself_per_class() -> None:
     result = _run(_request(job_spec(12, classes=["slow"]), two_class_pool()))
     assert not result.schedulable
     assert result.allocation is None and result.plan is None
+    assert result.reason == "InsufficientCapacity"
     reasons = {r.gpu_class: r.reason for r in result.class_reasons}
     assert set(reasons) == {"fast", "slow"}
     assert reasons["fast"] == "not allowed by spec.gpuClasses"
     assert reasons["slow"].startswith("4 of 12 GPUs free")
+    slow = next(r for r in result.class_reasons if r.gpu_class == "slow")
+    assert (slow.verdict, slow.free, slow.wanted) == ("NotEnoughFree", 4, 12)
     assert "cannot start until" in result.message
 
 
@@ -122,19 +125,6 @@ def test_a_high_priority_job_names_the_running_jobs_it_would_push_aside() -> Non
 def test_a_name_taken_by_a_real_job_gets_a_suffix() -> None:
     assert unused_key("ns", "train", set()) == "ns/train"
     assert unused_key("ns", "train", {"ns/train", "ns/train-what-if-1"}) == "ns/train-what-if-2"
-
-
-def test_class_reasons_are_the_per_class_phrases_of_a_wait_message() -> None:
-    message = (
-        "needs 4 GPUs at once (gpus.min); class a100: 2 of 4 GPUs free, 1 of them held back for "
-        "ns/big, the head of queue q; class t4: not allowed by spec.gpuClasses; queued behind ns/big, "
-        "the head of queue q"
-    )
-    reasons = [(r.gpu_class, r.reason) for r in class_reasons(message)]
-    assert reasons == [
-        ("a100", "2 of 4 GPUs free, 1 of them held back for ns/big, the head of queue q"),
-        ("t4", "not allowed by spec.gpuClasses"),
-    ]
 
 
 @pytest.mark.parametrize(

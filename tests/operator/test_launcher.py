@@ -14,8 +14,9 @@ from tests.operator.builders import TOLERATE_KWOK, allocation, job, job_body
 from hetero_operator import metric_names
 from hetero_operator import plan as contract
 from hetero_operator.controller import launcher, names
+from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.plans import PlanBuildError, initial_plan
-from hetero_operator.controller.validation import parse_job
+from hetero_operator.controller.validation import job_problems
 from hetero_operator.resources import Allocation, WorkerAllocation
 
 SPEEDS = {"fast": 1.0, "medium": 0.5, "slow": 0.25}
@@ -196,20 +197,20 @@ def test_initial_split_covers_the_batch_and_follows_speed(classes: list[str], ex
     ],
 )
 def test_semantic_problems_name_the_field(spec: dict[str, Any], field: str) -> None:
-    parsed, problems = parse_job(job_body(**spec))
+    parsed, problems = job_problems(JobFacts.from_body(job_body(**spec)))
     assert parsed is not None
     assert len(problems) == 1 and problems[0].startswith(field), problems
 
 
 def test_a_job_name_that_cannot_name_a_service_is_refused() -> None:
-    _, problems = parse_job(job_body(name="9lives"))
+    _, problems = job_problems(JobFacts.from_body(job_body(name="9lives")))
     assert problems and problems[0].startswith("metadata.name")
-    _, problems = parse_job(job_body(name="ok-name"))
+    _, problems = job_problems(JobFacts.from_body(job_body(name="ok-name")))
     assert problems == []
 
 
 def test_schema_errors_are_reported_as_problems_too() -> None:
     body = job_body()
     body["spec"]["gpus"] = {"min": 0, "max": 2}
-    parsed, problems = parse_job(json.loads(json.dumps(body)))
+    parsed, problems = job_problems(JobFacts.from_body(json.loads(json.dumps(body))))
     assert parsed is None and any(p.startswith("spec.gpus.min") for p in problems)

@@ -8,23 +8,16 @@ from tests.operator.builders import TOLERATE_KWOK, allocation, job, pod
 
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, Taint
 from hetero_operator.controller.inventory import ClusterView, build_snapshot, classify, job_request
+from hetero_operator.controller.job_conditions import ConditionType, condition, is_true, set_condition
+from hetero_operator.controller.job_cycle import arrival_times, status_patch
 from hetero_operator.controller.lifecycle import (
-    ConditionType,
-    DrainReason,
     LifecycleConfig,
     Observation,
     Role,
-    condition,
-    draining,
-    invalid,
-    is_true,
-    queued,
     reconcile,
     scheduling_role,
-    set_condition,
-    validated,
 )
-from hetero_operator.controller.scheduling_loop import arrival_times, status_patch
+from hetero_operator.controller.transitions import DrainReason, draining, invalid, queued, validated
 from hetero_operator.resources import HeteroTrainJobStatus, Phase, Progress
 
 NOW = 1_800_000_000.0

@@ -47,7 +47,7 @@ def test_a_gang_is_placed_whole_or_not_at_all(operator: OperatorProcess, jobs: J
     jobs.wait_phase("holder", "Running")
     jobs.apply(jobs.manifest("gang", gpus=4, gpuClasses=["fast"]))
     placed = wait_for(lambda: jobs.condition("gang", "Placed"), 20, "a Placed condition on the gang")
-    assert placed["status"] == "False" and placed["reason"] == "Unschedulable"
+    assert placed["status"] == "False" and placed["reason"] == "WaitingForGPUs"
     assert "needs 4 GPUs at once" in placed["message"] and "class fast: 2 of 4 GPUs free" in placed["message"]
     assert stays(lambda: jobs.pods("gang") == [], 2), "part of the gang was started"
     jobs.finish(jobs.running_pods("holder"), 0)
@@ -63,6 +63,9 @@ def test_a_job_larger_than_the_cluster_waits_and_says_why_per_class(
     for gpu_class in ("fast", "medium", "slow"):
         assert f"class {gpu_class}:" in placed["message"]
     assert "cannot start until GPU nodes are added" in placed["message"]
+    assert placed["reason"] == "InsufficientCapacity"
+    waiting = jobs.status("huge")["waiting"]
+    assert {c["gpuClass"]: c["wanted"] for c in waiting["classes"]} == {"fast": 30, "medium": 30, "slow": 30}
     assert jobs.phase("huge") == "Queued" and jobs.pods("huge") == []
 
 

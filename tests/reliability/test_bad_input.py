@@ -23,8 +23,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from tests.fakekube import FakeKube, ManualClock
 from tests.operator.conftest import gpu_classes_tolerating_kwok
 from tests.operator.live import Jobs, OperatorProcess, account_kubeconfig, chart_service_account, wait_for
+from tests.rebalance.running_job import metrics_available, running_job
 
 from hetero_operator import metric_names
 from hetero_operator.controller import names
@@ -487,30 +489,6 @@ WORLD = 3
 STEPS = 100
 
 
-class StatusWriter:
-    """The rebalancer's Kubernetes side for one job, in memory: its plan ConfigMap and status patches."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.config_map = {"data": {"plan.json": plan.to_json()}}
-        self.patches: list[dict[str, Any]] = []
-        self.plans_written = 0
-
-    async def get(self, path: str, params: Any = None) -> dict[str, Any] | None:
-        if "/configmaps/" in path:
-            return self.config_map
-        return {"metadata": {"resourceVersion": str(len(self.patches))}, "status": {}}  # the job
-
-    async def merge_patch(self, path: str, patch: Any) -> dict[str, Any] | None:
-        self.patches.append(dict(patch))
-        return {}
-
-    async def create_or_replace_data(self, manifest: Any) -> None:
-        self.plans_written += 1
-
-    async def post_event(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 def prometheus_answers(
     per_rank: dict[int, dict[str, float | str]],
 ) -> Callable[[httpx.Request], httpx.Response]:
@@ -577,37 +555,27 @@ def broken_measurements(draw: st.DrawFn) -> dict[int, dict[str, float | str]]:
 
 def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(record: Record) -> None:
     plan = Plan(version=1, world_size=WORLD, global_batch=96, local_batches=[32, 32, 32])
-    body = {
-        "metadata": {"namespace": "ns", "name": "job"},
-        "spec": {"rebalance": {"everyEpochs": 1}, "epochs": 10},
-        "status": {
-            "phase": "Running",
-            "allocation": {"workers": [{"rank": r, "gpuClass": "fast"} for r in range(WORLD)]},
-        },
-    }
     outcomes: list[str] = []
 
-    async def tick(per_rank: dict[int, dict[str, float | str]]) -> tuple[Any, StatusWriter]:
-        writer = StatusWriter(plan)
-        async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus_answers(per_rank))) as http:
-            decision = await Rebalancer(writer, http, RebalancerSettings("http://prometheus.invalid")).tick(
-                body, JobMemory()
-            )
-        return decision, writer
+    async def tick(per_rank: dict[int, dict[str, float | str]]) -> tuple[Any, FakeKube]:
+        kube = FakeKube()
+        job = running_job(kube, plan)
+        kube.requests.clear()
+        transport = httpx.MockTransport(prometheus_answers(per_rank))
+        async with httpx.AsyncClient(transport=transport) as http:
+            settings = RebalancerSettings("http://prometheus.invalid")
+            decision = await Rebalancer(kube, http, settings, ManualClock()).tick(job, JobMemory())
+        return decision, kube
 
     @settings(max_examples=60, deadline=None, database=None, phases=[Phase.generate])
     @given(per_rank=broken_measurements())
     def feed(per_rank: dict[int, dict[str, float | str]]) -> None:
-        decision, writer = asyncio.run(tick(per_rank))
-        conditions = [c for p in writer.patches for c in (p.get("status") or {}).get("conditions") or []]
-        refusal = next(
-            (c for c in conditions if c.get("type") == "MetricsAvailable" and c.get("status") == "False"),
-            None,
-        )
-        if decision is not None or writer.plans_written:
+        decision, kube = asyncio.run(tick(per_rank))
+        refusal = metrics_available(kube)
+        if decision is not None or kube.count("POST", "ConfigMap/") or kube.count("PATCH", "/configmaps/"):
             outcomes.append(f"decided on {per_rank}")
-        elif refusal is None or "rank" not in refusal.get("message", ""):
-            outcomes.append(f"no reason naming the rank for {per_rank}: {conditions}")
+        elif refusal is None or refusal["status"] != "False" or "rank" not in refusal["message"]:
+            outcomes.append(f"no reason naming the rank for {per_rank}: {refusal}")
         else:
             outcomes.append("refused")
 
@@ -617,7 +585,7 @@ def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(recor
         rank: {"compute": 0.1 * (rank + 1), "sync": 0.01, "comm": 0.01, "step": 0.5, "steps": STEPS}
         for rank in range(WORLD)
     }
-    decision, writer = asyncio.run(tick(sane))
+    decision, kube = asyncio.run(tick(sane))
     lost = [o for o in outcomes if o != "refused"]
     record(
         area="bad input",
@@ -629,7 +597,7 @@ def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(recor
         checks="no decision and no plan written; MetricsAvailable=False with a message naming the rank; sane "
         "values through the same path do lead to a decision",
     )
-    assert decision is not None and writer.patches, "sane metrics through the same path lead to a decision"
+    assert decision is not None and kube.patches, "sane metrics through the same path lead to a decision"
     assert not lost, lost
 
 

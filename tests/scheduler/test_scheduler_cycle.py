@@ -19,6 +19,7 @@ from hetero_operator.scheduler import (
     WorkerSlot,
     schedule,
 )
+from hetero_operator.scheduler.reasons import ClassVerdict, WaitCode
 
 CLASSES = (GPUClassInfo("a100", 2.0, 80), GPUClassInfo("t4", 0.5, 16), GPUClassInfo("v100", 1.0, 32))
 
@@ -26,7 +27,15 @@ CLASSES = (GPUClassInfo("a100", 2.0, 80), GPUClassInfo("t4", 0.5, 16), GPUClassI
 def test_unschedulable_reason_names_every_class() -> None:
     infra = (NodeInfo("a-0", "a100", 4, gpus_used_by_others=2), *nodes("t4", 1, 8), *nodes("v100", 1, 1))
     request = job("wait", 4, allowed_classes=("a100", "h100", "v100"))
-    reason = schedule(Snapshot(CLASSES, infra, (request,))).unschedulable["ns/wait"]
+    waiting = schedule(Snapshot(CLASSES, infra, (request,))).unschedulable["ns/wait"]
+    assert waiting.code is WaitCode.WAITING_FOR_GPUS
+    assert [(c.gpu_class, c.verdict, c.free) for c in waiting.classes] == [
+        ("a100", ClassVerdict.SHORT, 2),
+        ("h100", ClassVerdict.UNKNOWN, 0),
+        ("v100", ClassVerdict.SHORT, 1),
+        ("t4", ClassVerdict.NOT_ALLOWED, 0),
+    ]
+    reason = waiting.message
     assert reason.startswith("needs 4 GPUs at once (gpus.min)")
     assert "class a100: 2 of 4 GPUs free" in reason
     assert "class h100: no GPUClass of that name" in reason
@@ -37,16 +46,24 @@ def test_unschedulable_reason_names_every_class() -> None:
 
 
 def test_reason_for_a_class_without_schedulable_nodes_and_for_an_impossible_gang() -> None:
-    infra = (NodeInfo("t4-0", "t4", 8, schedulable=False), *nodes("v100", 1, 2))
-    reason = schedule(Snapshot(CLASSES, infra, (job("big", 4),))).unschedulable["ns/big"]
-    assert "class a100: no schedulable nodes" in reason
-    assert "class t4: no schedulable nodes" in reason
+    tainted = "taint kwok.x-k8s.io/node=fake:NoSchedule not tolerated"
+    infra = (NodeInfo("t4-0", "t4", 8, schedulable=False, exclusions=(tainted,)), *nodes("v100", 1, 2))
+    waiting = schedule(Snapshot(CLASSES, infra, (job("big", 4),))).unschedulable["ns/big"]
+    assert waiting.code is WaitCode.INSUFFICIENT_CAPACITY and waiting.capacity == 2
+    t4 = next(c for c in waiting.classes if c.gpu_class == "t4")
+    assert (t4.verdict, t4.nodes, t4.excluded) == (ClassVerdict.NO_SCHEDULABLE_NODES, 1, ((tainted, 1),))
+    reason = waiting.message
+    assert "class a100: no schedulable nodes (no node matches its nodeSelector)" in reason
+    assert f"class t4: no schedulable nodes (1 of 1 node excluded: 1 {tainted}" in reason
+    assert "spec.tolerations" in reason
     assert "the allowed classes have 2 schedulable GPUs in total" in reason
 
 
 def test_reason_when_no_virtual_worker_size_fits_the_gpu_range() -> None:
     request = job("p", 3, strategy=Strategy.HETPIPE, virtual_worker_size=2)  # 3..3 holds no multiple of 2
-    reason = schedule(Snapshot(CLASSES, nodes("v100", 1, 8), (request,))).unschedulable["ns/p"]
+    waiting = schedule(Snapshot(CLASSES, nodes("v100", 1, 8), (request,))).unschedulable["ns/p"]
+    assert waiting.code is WaitCode.NO_VALID_SIZE
+    reason = waiting.message
     assert "virtualWorkerSize (2)" in reason and "gpus.min (3)" in reason
 
 
@@ -67,7 +84,6 @@ def test_a_running_job_grows_into_idle_gpus_with_a_checkpoint() -> None:
     running = run_with_current(start, SchedulerConfig(elastic=False))
     decisions = schedule(running)
     resize = decisions.grow["ns/e"]
-    assert resize.checkpoint_first
     assert 2 < resize.allocation.total_gpus <= 8
     assert decisions.metrics.jobs_resized == 1
 

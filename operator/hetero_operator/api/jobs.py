@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from hetero_operator.api.models import JobDetail, JobSummary
 from hetero_operator.controller.facts import JobFacts
-from hetero_operator.controller.lifecycle import ConditionType
+from hetero_operator.controller.job_conditions import ConditionType
 from hetero_operator.resources import ConditionStatus, HeteroTrainJobStatus, Phase
 
 # Which condition explains a job's state, per phase: (condition, the status that means trouble).
@@ -87,6 +87,7 @@ def job_detail(facts: JobFacts) -> JobDetail:
         plan=status.plan,
         progress=status.progress,
         rebalances=list(status.rebalances),
+        waiting=status.waiting,
         conditions=list(status.conditions),
         problems=[],
     )

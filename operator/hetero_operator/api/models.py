@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from hetero_operator.resources import (
     Allocation,
+    ClassWait,
     Condition,
     HeteroTrainJobSpec,
     Phase,
@@ -22,6 +23,7 @@ from hetero_operator.resources import (
     Progress,
     RebalanceRecord,
     Strategy,
+    Waiting,
 )
 from hetero_operator.resources.base import DNS_LABEL_PATTERN, MAX_GPU_CLASSES, ObjectName
 
@@ -117,6 +119,7 @@ class JobDetail(JobSummary):
     plan: Plan | None = None
     progress: Progress | None = None
     rebalances: list[RebalanceRecord] = Field(description="Plan changes, oldest first.")
+    waiting: Waiting | None = Field(default=None, description="Why the job waits, per GPU class.")
     conditions: list[Condition]
     problems: list[str] = Field(description="Why the spec is invalid, one field per line.")
 
@@ -182,9 +185,10 @@ class WhatIfRequest(ApiModel):
     pool: PoolSpec | None = Field(default=None, description="Unset: the cluster's GPUs, jobs and queues now.")
 
 
-class ClassReason(ApiModel):
-    gpu_class: str
-    reason: str
+class ClassReason(ClassWait):
+    """One GPUClass's side of a wait, as the scheduler recorded it, with the same as a phrase."""
+
+    reason: str = Field(description="The class's side of the wait, as a phrase.")
 
 
 class WhatIfResult(ApiModel):
@@ -197,6 +201,9 @@ class WhatIfResult(ApiModel):
     predicted_samples_per_second: float | None = Field(default=None, ge=0)
     predicted_iteration_seconds: float | None = Field(default=None, ge=0)
     message: str = Field(description="The scheduler's explanation when the job would wait.")
+    reason: str | None = Field(
+        default=None, description="Why it would wait, as the Placed condition's reason (e.g. WaitingForGPUs)."
+    )
     class_reasons: list[ClassReason] = Field(description="Why each GPUClass cannot take the job now.")
     would_preempt: list[str] = Field(
         description="Running jobs (namespace/name) this job would shrink or preempt to make room."

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hetero_operator.api.models import ClassReason, PoolSource, PoolSpec, WhatIfRequest, WhatIfResult
+from hetero_operator.api.models import (
+    ClassReason,
+    PoolSource,
+    PoolSpec,
+    WhatIfRequest,
+    WhatIfResult,
+)
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import job_request
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
+from hetero_operator.controller.wait_reasons import class_wait
 from hetero_operator.resources import Allocation as StatusAllocation
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
 from hetero_operator.scheduler import (
@@ -25,10 +32,10 @@ from hetero_operator.scheduler import (
     SchedulerConfig,
     Snapshot,
     SnapshotError,
+    WaitReason,
     schedule,
 )
-
-CLASS_PREFIX = "class "
+from hetero_operator.scheduler.reasons import format_class
 
 
 class WhatIfError(ValueError):
@@ -85,14 +92,14 @@ def hypothetical_job(
         raise WhatIfError(f"spec: {error}") from None
 
 
-def class_reasons(message: str) -> list[ClassReason]:
-    """The per-class phrases of a scheduler wait message ("class fast: 2 of 4 GPUs free; ...")."""
-    reasons = []
-    for part in message.split("; "):
-        if part.startswith(CLASS_PREFIX) and ": " in part:
-            gpu_class, _, reason = part.removeprefix(CLASS_PREFIX).partition(": ")
-            reasons.append(ClassReason(gpu_class=gpu_class, reason=reason))
-    return reasons
+def api_class_reasons(waiting: WaitReason) -> list[ClassReason]:
+    """The scheduler's per-class reasons as the API returns them: the data, and the phrase."""
+    return [
+        ClassReason(
+            **class_wait(c).model_dump(), reason=format_class(c).removeprefix(f"class {c.gpu_class}: ")
+        )
+        for c in waiting.classes
+    ]
 
 
 def status_allocation(allocation: Allocation) -> StatusAllocation:
@@ -133,12 +140,13 @@ def what_if(
     would_preempt = sorted(_pushed_aside(decisions) - _pushed_aside(schedule(base, config)) - {key})
     placed = decisions.place.get(key)
     if placed is None:
-        message = decisions.unschedulable.get(key, "")
+        waiting = decisions.unschedulable.get(key)
         return WhatIfResult(
             pool=pool_label,
             schedulable=False,
-            message=message,
-            class_reasons=class_reasons(message),
+            message=waiting.message if waiting is not None else "",
+            reason=waiting.code.value if waiting is not None else None,
+            class_reasons=api_class_reasons(waiting) if waiting is not None else [],
             would_preempt=would_preempt,
         )
     allocation = status_allocation(placed)

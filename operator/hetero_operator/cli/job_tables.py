@@ -10,7 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from hetero_operator.api.models import JobDetail, JobSummary, WhatIfResult
-from hetero_operator.resources import Allocation, Plan
+from hetero_operator.controller.wait_reasons import class_reason
+from hetero_operator.resources import Allocation, ClassWait, Plan
+from hetero_operator.scheduler.reasons import format_class
 
 PHASE_STYLES = {
     "Running": "green",
@@ -139,6 +141,23 @@ def conditions_table(job: JobDetail) -> Table:
     return table
 
 
+def class_table(rows: Sequence[tuple[ClassWait, str]], title: str = "Per GPU class") -> Table:
+    """Why a job waits, one GPU class per row: the scheduler's numbers and its phrase."""
+    table = Table(title=title, title_justify="left")
+    for column in ("GPU CLASS", "VERDICT", "FREE", "NEEDS", "HELD BACK", "WHY NOT"):
+        table.add_column(column, overflow="fold" if column == "WHY NOT" else "ellipsis")
+    for wait, phrase in rows:
+        table.add_row(
+            wait.gpu_class,
+            wait.verdict,
+            str(wait.free),
+            str(wait.wanted or "-"),
+            f"{wait.held_back} for {wait.held_for}" if wait.held_back else "-",
+            phrase.removeprefix(f"class {wait.gpu_class}: "),
+        )
+    return table
+
+
 def describe_job(job: JobDetail, now: datetime | None = None) -> Group:
     header = Table(
         title=f"HeteroTrainJob {job.namespace}/{job.name}", title_justify="left", show_header=False
@@ -167,6 +186,9 @@ def describe_job(job: JobDetail, now: datetime | None = None) -> Group:
         parts.append(allocation_table(job.allocation, job.plan))
     if job.plan is not None:
         parts.append(plan_table(job.plan, job.samples_per_second))
+    if job.waiting is not None and job.waiting.classes:
+        rows = [(w, format_class(class_reason(w))) for w in job.waiting.classes]
+        parts.append(class_table(rows, title=f"Waiting ({job.waiting.reason}), per GPU class"))
     parts.append(history_table(job))
     parts.append(conditions_table(job))
     return Group(*parts)
@@ -192,10 +214,5 @@ def what_if_view(result: WhatIfResult) -> Group:
     if result.allocation is not None and result.allocation.workers:
         parts.append(allocation_table(result.allocation, result.plan, title="Placement"))
     if result.class_reasons:
-        reasons = Table(title="Per GPU class", title_justify="left")
-        reasons.add_column("GPU CLASS")
-        reasons.add_column("WHY NOT", overflow="fold")
-        for reason in result.class_reasons:
-            reasons.add_row(reason.gpu_class, reason.reason)
-        parts.append(reasons)
+        parts.append(class_table([(reason, reason.reason) for reason in result.class_reasons]))
     return Group(*parts)

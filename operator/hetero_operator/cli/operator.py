@@ -68,7 +68,7 @@ def operator_command(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
-    from hetero_operator.controller.main import OperatorOptions, run
+    from hetero_operator.manager.main import OperatorOptions, run
 
     run(
         OperatorOptions(

@@ -100,10 +100,23 @@ class ClusterView:
             yield from pods
 
     def schedulable(self, node: NodeFacts) -> bool:
+        return self.node_class.get(node.name) in self.classes and not self.exclusions(node)
+
+    def exclusions(self, node: NodeFacts) -> tuple[str, ...]:
+        """Every filter that keeps new workers off a classified node, as phrases for wait reasons."""
         gpu_class = self.classes.get(self.node_class.get(node.name, ""))
-        if gpu_class is None or not node.ready or node.unschedulable:
-            return False
-        return all(gpu_class.tolerates(taint) for taint in node.taints)
+        found = []
+        if not node.ready:
+            found.append("not Ready")
+        if node.unschedulable:
+            found.append("cordoned")
+        if gpu_class is not None:
+            found += [
+                f"taint {taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect} not tolerated"
+                for taint in node.taints
+                if not gpu_class.tolerates(taint)
+            ]
+        return tuple(found)
 
     def healthy(self, node_name: str, gpu_class: str) -> bool:
         """A node an allocation may keep using: still there, Ready and still of the same class."""
@@ -134,8 +147,10 @@ def classify(node: NodeFacts, classes: Iterable[ClassFacts]) -> str | None:
 
 
 def job_request(
-    facts: JobFacts, job: HeteroTrainJob, status: HeteroTrainJobStatus, holding: bool
+    facts: JobFacts, job: HeteroTrainJob, status: HeteroTrainJobStatus, holding: bool, movable: bool = True
 ) -> JobRequest:
+    """The scheduler's view of one job. `movable`: the scheduler may resize or preempt it (not while
+    it drains for an earlier decision)."""
     spec = job.spec
     params = spec.parallelism.parameters()
     virtual_worker_size = params.virtual_worker_size if isinstance(params, HetPipeParameters) else None
@@ -170,6 +185,7 @@ def job_request(
         virtual_worker_size=virtual_worker_size,
         allocation_policy=policy,
         current=current,
+        preemptible=movable,
     )
 
 
@@ -203,6 +219,7 @@ def build_snapshot(view: ClusterView, requests: Iterable[JobRequest], now: float
                 gpus_allocatable=facts.allocatable.get(gpu_class.resource_name, 0),
                 gpus_used_by_others=others[name],
                 schedulable=view.schedulable(facts),
+                exclusions=view.exclusions(facts),
             )
         )
     classes = tuple(

@@ -7,9 +7,7 @@ reads comes from kopf's watches and indexes.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -21,7 +19,6 @@ CORE = "/api/v1"
 HETEROTRAIN = f"/apis/{GROUP}/{VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-COMPONENT = "heterotrain-operator"
 
 PLURALS = {
     "Pod": (CORE, "pods"),
@@ -160,28 +157,6 @@ class KubeClient:
     async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:
         params = {"labelSelector": selector, "propagationPolicy": "Background"}
         await self._send("DELETE", path_of(kind, namespace), params=params, accept=(404,))
-
-    async def post_event(
-        self, involved: Mapping[str, str], event_type: str, reason: str, message: str
-    ) -> None:
-        """A core/v1 Event on the object (shown by `kubectl describe`)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace = involved["namespace"]
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-            "involvedObject": dict(involved),
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-        }
-        await self._send("POST", path_of("Event", namespace), body=event)
 
 
 def _detail(text: str) -> str:

@@ -3,52 +3,41 @@
 Phases: Queued -> Starting -> Running -> Succeeded | Failed, plus Restarting (a worker failed: the
 group restarts on the same GPUs from its checkpoint after a doubling backoff, up to
 `restartPolicy.maxRestarts`) and Suspended. A lost node (deleted or NotReady) re-queues the job and
-the scheduler places it again. Stopping for preemption, a resize or suspension is "checkpoint first":
-the pods are asked to save (an annotation), given a grace period, then deleted; a resized job goes
-back through the queue, keeping its arrival time, and is placed again at its new size.
+the scheduler places it again. Stopping for preemption or suspension is "checkpoint first": the
+pods are asked to save (an annotation), given a grace period, then deleted. A resize is the same
+drain, after which the job starts on exactly the GPUs the scheduler chose (a new generation), with
+a new plan for its new size.
 
 An allocation keeps a generation number that only grows; pod names carry it, so pods of an earlier
-generation can never be mistaken for the current ones.
+generation can never be mistaken for the current ones, and a new generation never starts while
+pods of an older one still run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from enum import StrEnum
 
+from hetero_operator import plan as contract
 from hetero_operator.controller import names
 from hetero_operator.controller.facts import PodFacts
-from hetero_operator.resources import (
-    Allocation,
-    Condition,
-    ConditionStatus,
-    HeteroTrainJob,
-    HeteroTrainJobStatus,
-    Phase,
-    Plan,
+from hetero_operator.controller.job_conditions import (
+    ConditionType,
+    clear_condition,
+    condition,
+    is_true,
+    set_condition,
 )
-
-
-class ConditionType(StrEnum):
-    VALID = "Valid"
-    PLACED = "Placed"
-    PODS_READY = "PodsReady"
-    DRAINING = "Draining"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-class DrainReason(StrEnum):
-    PREEMPTED = "Preempted"
-    RESIZED = "Resized"
-    SUSPENDED = "Suspended"
-
-
-HOLDING_PHASES = frozenset({Phase.STARTING, Phase.RUNNING, Phase.RESTARTING})
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
+from hetero_operator.controller.transitions import (
+    HOLDING_PHASES,
+    TERMINAL_PHASES,
+    DrainReason,
+    draining,
+    released,
+)
+from hetero_operator.resources import Allocation, HeteroTrainJob, HeteroTrainJobStatus, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +56,13 @@ class JobEvent:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """What to do for one job after looking at it once."""
+    """What to do for one job after looking at it once. `publish_plan`: a plan to write over the
+    job's plan ConfigMap (a resized job's new split); `ensure_generation`: create the current
+    generation's objects if they are missing."""
 
     status: HeteroTrainJobStatus
     ensure_generation: bool = False
+    publish_plan: contract.Plan | None = None
     delete_pods: tuple[str, ...] = ()
     force_delete_pods: tuple[str, ...] = ()
     request_checkpoint: tuple[str, ...] = ()
@@ -85,150 +77,7 @@ class Observation:
     pods: tuple[PodFacts, ...] = ()
     lost_nodes: frozenset[str] = field(default_factory=frozenset)
     now: float = 0.0
-
-
-# --- conditions ----------------------------------------------------------------------------------
-
-
-def _time(now: float) -> datetime:
-    return datetime.fromtimestamp(now, UTC).replace(microsecond=0)
-
-
-def condition(status: HeteroTrainJobStatus, kind: ConditionType) -> Condition | None:
-    return next((c for c in status.conditions if c.type == kind.value), None)
-
-
-def is_true(status: HeteroTrainJobStatus, kind: ConditionType) -> bool:
-    found = condition(status, kind)
-    return found is not None and found.status is ConditionStatus.TRUE
-
-
-def set_condition(
-    status: HeteroTrainJobStatus,
-    kind: ConditionType,
-    value: bool,
-    reason: str,
-    message: str,
-    now: float,
-    generation: int | None = None,
-) -> HeteroTrainJobStatus:
-    """Set a condition; its transition time moves only when its truth changes, and an identical
-    condition leaves the status untouched (no write)."""
-    wanted = ConditionStatus.TRUE if value else ConditionStatus.FALSE
-    found = condition(status, kind)
-    if (
-        found is not None
-        and found.status is wanted
-        and found.reason == reason
-        and found.message == message
-        and (generation is None or found.observed_generation == generation)
-    ):
-        return status
-    since = found.last_transition_time if found is not None and found.status is wanted else _time(now)
-    updated = Condition(
-        type=kind.value,
-        status=wanted,
-        reason=reason,
-        message=message[:32768],
-        last_transition_time=since,
-        observed_generation=generation,
-    )
-    return status.with_condition(updated)
-
-
-def clear_condition(
-    status: HeteroTrainJobStatus, kind: ConditionType, reason: str, message: str, now: float
-) -> HeteroTrainJobStatus:
-    """Set a condition False if it is there at all."""
-    if condition(status, kind) is None:
-        return status
-    return set_condition(status, kind, False, reason, message, now)
-
-
-# --- transitions the scheduling loop applies -----------------------------------------------------
-
-
-def queued(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
-    """A freshly validated job."""
-    status = job.status or HeteroTrainJobStatus()
-    status = set_condition(status, ConditionType.VALID, True, "Validated", "the spec is valid", now)
-    arrival = status.queued_at or datetime.fromtimestamp(now, UTC)
-    return status.model_copy(
-        update={"phase": Phase.QUEUED, "observed_generation": job.generation, "queued_at": arrival}
-    )
-
-
-def validated(job: HeteroTrainJob, now: float) -> HeteroTrainJobStatus:
-    """The status of a job whose spec passes validation: a new job, or one that failed validation
-    and was fixed, is queued; a job that kept its GPUs while its spec was invalid just becomes Valid."""
-    status = job.status or HeteroTrainJobStatus()
-    found = condition(status, ConditionType.VALID)
-    was_invalid = found is not None and found.status is ConditionStatus.FALSE
-    if status.phase is None or (status.phase is Phase.FAILED and was_invalid):
-        return queued(job, now)
-    if was_invalid:
-        return set_condition(status, ConditionType.VALID, True, "Validated", "the spec is valid", now)
-    return status
-
-
-def invalid(
-    job_status: HeteroTrainJobStatus | None, problems: Sequence[str], now: float
-) -> HeteroTrainJobStatus:
-    """Valid=False naming the problems. A job holding GPUs keeps its phase (its workers are left as they
-    are until the spec is fixed or the job deleted); any other job is Failed."""
-    status = job_status or HeteroTrainJobStatus()
-    status = set_condition(status, ConditionType.VALID, False, "InvalidSpec", "; ".join(problems), now)
-    if status.phase in HOLDING_PHASES:
-        return status
-    return status.model_copy(update={"phase": Phase.FAILED})
-
-
-def placed(
-    job: HeteroTrainJob, allocation: Allocation, plan: Plan, samples_per_second: float | None, now: float
-) -> HeteroTrainJobStatus:
-    status = job.status or HeteroTrainJobStatus()
-    predicted = f", predicted {samples_per_second:.1f} samples/s" if samples_per_second else ""
-    message = (
-        f"{allocation.total_gpus} GPUs ({allocation.classes}) on {_node_count(allocation)} nodes{predicted}"
-    )
-    status = set_condition(status, ConditionType.PLACED, True, "Placed", message, now)
-    status = set_condition(
-        status, ConditionType.PODS_READY, False, "PodsStarting", "creating the workers", now
-    )
-    return status.model_copy(
-        update={
-            "phase": Phase.STARTING,
-            "allocation": allocation,
-            "plan": plan,
-            "observed_generation": job.generation,
-        }
-    )
-
-
-def waiting(job: HeteroTrainJob, message: str, now: float) -> HeteroTrainJobStatus:
-    status = job.status or HeteroTrainJobStatus()
-    return set_condition(status, ConditionType.PLACED, False, "Unschedulable", message, now)
-
-
-def draining(job: HeteroTrainJob, reason: DrainReason, message: str, now: float) -> HeteroTrainJobStatus:
-    """Start a checkpoint-first stop; the lifecycle finishes it once the grace period is over."""
-    status = job.status or HeteroTrainJobStatus()
-    return set_condition(status, ConditionType.DRAINING, True, reason.value, message, now)
-
-
-def next_generation(allocation: Allocation | None) -> int:
-    return 0 if allocation is None else allocation.generation + 1
-
-
-def _node_count(allocation: Allocation) -> int:
-    return len({w.node for w in allocation.workers})
-
-
-def _released(allocation: Allocation | None) -> Allocation | None:
-    """No GPUs, but the generation is kept so the next placement's pod names are new."""
-    if allocation is None:
-        return None
-    return Allocation.from_workers([], generation=allocation.generation)
+    speeds: Mapping[str, float] = field(default_factory=dict)  # GPUClass relativeSpeed priors
 
 
 # --- the reconcile step --------------------------------------------------------------------------
@@ -281,10 +130,6 @@ def _stale(pods: Sequence[PodFacts], status: HeteroTrainJobStatus) -> list[PodFa
     return [p for p in pods if not p.deleting and p.generation != generation]
 
 
-def _event(kind: str, reason: str, message: str) -> JobEvent:
-    return JobEvent(kind, reason, message)
-
-
 def _suspended(seen: Observation, status: HeteroTrainJobStatus) -> Step:
     leftovers = _names(p for p in seen.pods if p.live and not p.deleting)
     if seen.job.spec.suspend:
@@ -292,7 +137,9 @@ def _suspended(seen: Observation, status: HeteroTrainJobStatus) -> Step:
     resumed = status.model_copy(update={"phase": Phase.QUEUED})
     resumed = set_condition(resumed, ConditionType.PLACED, False, "Resumed", "waiting to be placed", seen.now)
     return Step(
-        resumed, delete_pods=leftovers, events=(_event("Normal", "Resumed", "spec.suspend is false: queued"),)
+        resumed,
+        delete_pods=leftovers,
+        events=(JobEvent("Normal", "Resumed", "spec.suspend is false: queued"),),
     )
 
 
@@ -309,11 +156,7 @@ def _suspend(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleC
 def _drain(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleConfig) -> Step:
     found = condition(status, ConditionType.DRAINING)
     assert found is not None
-    reason = (
-        DrainReason(found.reason)
-        if found.reason in DrainReason.__members__.values()
-        else DrainReason.PREEMPTED
-    )
+    reason = DrainReason(found.reason) if found.reason in set(DrainReason) else DrainReason.PREEMPTED
     live = [p for p in seen.pods if p.live and not p.deleting]
     on_lost = [p for p in live if p.node in seen.lost_nodes]
     waiting_for = [p for p in live if p.node not in seen.lost_nodes]
@@ -331,10 +174,14 @@ def _drain(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleCon
 def _finish_drain(
     seen: Observation, status: HeteroTrainJobStatus, reason: DrainReason, live: Sequence[PodFacts]
 ) -> Step:
+    if reason is DrainReason.RESIZED and _resizing_in_place(status, seen.pods):
+        resized = _finish_resize(seen, status, live)
+        if resized is not None:
+            return resized
     now = seen.now
     suspend = reason is DrainReason.SUSPENDED and seen.job.spec.suspend
     phase = Phase.SUSPENDED if suspend else Phase.QUEUED
-    updated = status.model_copy(update={"phase": phase, "allocation": _released(status.allocation)})
+    updated = status.model_copy(update={"phase": phase, "allocation": released(status.allocation)})
     updated = clear_condition(updated, ConditionType.DRAINING, "Stopped", "the workers stopped", now)
     updated = set_condition(updated, ConditionType.PODS_READY, False, "Stopped", "no workers", now)
     if suspend:
@@ -350,14 +197,53 @@ def _finish_drain(
         updated,
         delete_pods=_names(p for p in live if p.node not in seen.lost_nodes),
         force_delete_pods=_names(on_lost),
-        events=(_event("Normal", phase.value if suspend else reason.value, message),),
+        events=(JobEvent("Normal", phase.value if suspend else reason.value, message),),
+    )
+
+
+def _resizing_in_place(status: HeteroTrainJobStatus, pods: Sequence[PodFacts]) -> bool:
+    """The job already holds its new GPUs: no pod of its current generation exists yet."""
+    allocation = status.allocation
+    return (
+        allocation is not None
+        and bool(allocation.workers)
+        and not any(p.generation == allocation.generation for p in pods)
+    )
+
+
+def _finish_resize(seen: Observation, status: HeteroTrainJobStatus, live: Sequence[PodFacts]) -> Step | None:
+    """The old workers saved their checkpoint: stop them and publish the plan for the new size. The
+    new generation starts once they are gone (`_starting_or_running`). None: no plan fits the new
+    size (the job goes back to the queue instead)."""
+    allocation = status.allocation
+    assert allocation is not None
+    version = status.plan.version + 1 if status.plan is not None else 1
+    predicted = allocation.predicted_samples_per_second
+    iteration = seen.job.spec.batch.global_batch / predicted if predicted else None
+    try:
+        plan = initial_plan(seen.job.spec, allocation, seen.speeds, version, iteration)
+    except PlanBuildError:
+        return None
+    now = seen.now
+    message = f"resized: starting worker generation {allocation.generation} on {allocation.total_gpus} GPUs"
+    updated = status.model_copy(update={"phase": Phase.STARTING, "plan": plan_status(plan)})
+    updated = clear_condition(updated, ConditionType.DRAINING, "Stopped", "the old workers stopped", now)
+    updated = set_condition(updated, ConditionType.PODS_READY, False, "Resizing", message, now)
+    updated = set_condition(updated, ConditionType.PLACED, True, "Placed", message, now)
+    on_lost = [p for p in live if p.node in seen.lost_nodes]
+    return Step(
+        updated,
+        publish_plan=plan,
+        delete_pods=_names(p for p in live if p.node not in seen.lost_nodes),
+        force_delete_pods=_names(on_lost),
+        events=(JobEvent("Normal", DrainReason.RESIZED.value, message),),
     )
 
 
 def _node_lost(seen: Observation, status: HeteroTrainJobStatus, lost: Sequence[str]) -> Step:
     now = seen.now
     message = f"node {', '.join(lost)} is gone or not Ready: the job is queued to be placed again"
-    updated = status.model_copy(update={"phase": Phase.QUEUED, "allocation": _released(status.allocation)})
+    updated = status.model_copy(update={"phase": Phase.QUEUED, "allocation": released(status.allocation)})
     updated = set_condition(updated, ConditionType.PLACED, False, "NodeLost", message, now)
     updated = set_condition(updated, ConditionType.PODS_READY, False, "NodeLost", message, now)
     live = [p for p in seen.pods if p.live]
@@ -365,7 +251,7 @@ def _node_lost(seen: Observation, status: HeteroTrainJobStatus, lost: Sequence[s
         updated,
         delete_pods=_names(p for p in live if p.node not in seen.lost_nodes and not p.deleting),
         force_delete_pods=_names(p for p in live if p.node in seen.lost_nodes),
-        events=(_event("Warning", "NodeLost", message),),
+        events=(JobEvent("Warning", "NodeLost", message),),
     )
 
 
@@ -396,7 +282,7 @@ def _restarting(seen: Observation, status: HeteroTrainJobStatus) -> Step:
         updated,
         ensure_generation=True,
         delete_pods=_names(p for p in seen.pods if p.generation == allocation.generation and not p.deleting),
-        events=(_event("Normal", "Restarting", message),),
+        events=(JobEvent("Normal", "Restarting", message),),
     )
 
 
@@ -414,6 +300,9 @@ def _starting_or_running(seen: Observation, status: HeteroTrainJobStatus) -> Ste
         return _failure(seen, status, f"worker pod {pod.name} failed with exit code {pod.exit_code}")
     if missing and status.phase is Phase.RUNNING:
         return _failure(seen, status, f"worker pod {missing[0]} disappeared")
+    if missing and any(p.live for p in _stale(seen.pods, status)):
+        # Old workers (a resize's) are still stopping: never start next to them.
+        return Step(status, delete_pods=stale, wake_in=1.0)
     if missing:
         return Step(status, ensure_generation=True, delete_pods=stale)
     pods = [current[n] for n in expected]
@@ -422,12 +311,12 @@ def _starting_or_running(seen: Observation, status: HeteroTrainJobStatus) -> Ste
         updated = status.model_copy(update={"phase": Phase.SUCCEEDED})
         updated = set_condition(updated, ConditionType.SUCCEEDED, True, "WorkersSucceeded", message, now)
         updated = set_condition(updated, ConditionType.PODS_READY, False, "Finished", message, now)
-        return Step(updated, delete_pods=stale, events=(_event("Normal", "Succeeded", message),))
+        return Step(updated, delete_pods=stale, events=(JobEvent("Normal", "Succeeded", message),))
     if status.phase is Phase.STARTING and all(p.phase in ("Running", "Succeeded") for p in pods):
         message = f"all {len(pods)} workers are running"
         updated = status.model_copy(update={"phase": Phase.RUNNING})
         updated = set_condition(updated, ConditionType.PODS_READY, True, "WorkersRunning", message, now)
-        return Step(updated, delete_pods=stale, events=(_event("Normal", "Running", message),))
+        return Step(updated, delete_pods=stale, events=(JobEvent("Normal", "Running", message),))
     return Step(status, delete_pods=stale)
 
 
@@ -445,7 +334,7 @@ def _failure(seen: Observation, status: HeteroTrainJobStatus, what: str) -> Step
         return Step(
             updated,
             delete_pods=live,
-            events=(_event("Warning", "WorkerFailed", message),),
+            events=(JobEvent("Warning", "WorkerFailed", message),),
             wake_in=max(delay, 0.5),
             restarted=True,
         )
@@ -453,7 +342,7 @@ def _failure(seen: Observation, status: HeteroTrainJobStatus, what: str) -> Step
     updated = status.model_copy(update={"phase": Phase.FAILED})
     updated = set_condition(updated, ConditionType.FAILED, True, "RestartsExhausted", message, now)
     updated = set_condition(updated, ConditionType.PODS_READY, False, "WorkerFailed", message, now)
-    return Step(updated, delete_pods=live, events=(_event("Warning", "Failed", message),))
+    return Step(updated, delete_pods=live, events=(JobEvent("Warning", "Failed", message),))
 
 
 # --- what the scheduler sees ---------------------------------------------------------------------

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from hetero_operator import metric_names as names
-from hetero_operator.controller.inventory import ClassCapacity
+from hetero_operator.controller.actions import CyclePlan
+from hetero_operator.controller.inventory import ClassCapacity, ClusterView, gpu_capacity
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 PLACEMENT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -110,3 +111,18 @@ def _set_all(gauge: Gauge, values: Mapping[str, int]) -> None:
     gauge.clear()
     for label, value in values.items():
         gauge.labels(label).set(value)
+
+
+def export_cycle(metrics: OperatorMetrics, plan: CyclePlan, view: ClusterView) -> None:
+    """What one cycle counted and decided, as the operator's metrics."""
+    counts = plan.counts
+    metrics.placements.inc(counts.placements)
+    metrics.restarts.inc(counts.restarts)
+    metrics.preemptions.inc(counts.preemptions)
+    for seconds in counts.first_placement_seconds:
+        metrics.placement_seconds.observe(seconds)
+    metrics.set_jobs_by_phase(plan.phases)
+    metrics.set_queue_lengths(plan.decisions.metrics.queue_length)
+    metrics.set_gpus_allocated(plan.decisions.metrics.gpus_allocated)
+    # Capacity changes with nodes and pods; their index events wake a cycle, so it is current here.
+    metrics.set_gpu_capacity(gpu_capacity(view))

@@ -50,3 +50,12 @@ def checkpoint_claim_name(job: str) -> str:
 def job_selector(job: str) -> str:
     """Label selector of every object the operator created for one job."""
     return f"{LABEL_JOB}={job}"
+
+
+def job_objects(job: str) -> tuple[tuple[str, str], ...]:
+    """(kind, name) of the objects one job owns besides its pods."""
+    return (
+        ("Service", service_name(job)),
+        ("ConfigMap", plan_config_map_name(job)),
+        ("PersistentVolumeClaim", checkpoint_claim_name(job)),
+    )

@@ -7,23 +7,23 @@ field and the fix, and ends up in the job's `Valid=False` condition.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from hetero_operator.controller import names
+from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.launcher import OPERATOR_OWNED_POD_FIELDS, RESERVED_ENV
-from hetero_operator.resources import HeteroTrainJob, InvalidResourceError
+from hetero_operator.resources import HeteroTrainJob
 from hetero_operator.resources.parallelism import HetPipeParameters, SESGDParameters
 
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def parse_job(body: dict[str, Any]) -> tuple[HeteroTrainJob | None, list[str]]:
-    """The job model and every problem found (empty when the job can run)."""
-    try:
-        job = HeteroTrainJob.from_k8s(body)
-    except InvalidResourceError as error:
-        return None, list(error.problems)
-    return job, semantic_problems(job)
+def job_problems(facts: JobFacts) -> tuple[HeteroTrainJob | None, list[str]]:
+    """The job as the watch parsed it, and every problem found (empty when the job can run)."""
+    job = facts.model
+    problems = list(facts.problems)
+    if job is not None:
+        problems += semantic_problems(job)
+    return job, problems
 
 
 def semantic_problems(job: HeteroTrainJob) -> list[str]:

@@ -25,6 +25,7 @@ from hetero_operator.planner import (
 from hetero_operator.planner.fitting import MIN_SLOPE_MS, WarmupStage, fit_communication
 from hetero_operator.planner.goodput import geometric_candidates
 from hetero_operator.rebalance.measurements import JobMeasurements
+from hetero_operator.resources import HeteroTrainJobSpec
 
 HISTORY_PER_WORKER = 8
 # A worker's linear model is only fitted from batch sizes at least this far apart (relative to their
@@ -49,6 +50,20 @@ class BatchPolicy:
     min_improvement: float
     per_worker_max: tuple[int | None, ...]
     lr_scaling: LrScaling = LrScaling.SQRT
+
+
+def batch_policy(spec: HeteroTrainJobSpec, classes: Sequence[str]) -> BatchPolicy:
+    """What the job's spec lets the rebalancer do, for workers of `classes` (by rank)."""
+    batch = spec.batch
+    return BatchPolicy(
+        base_global_batch=batch.global_batch,
+        minimum=batch.lowest,
+        maximum=batch.highest,
+        adaptive=batch.adaptive,
+        min_improvement=spec.rebalance.min_improvement,
+        per_worker_max=tuple(batch.per_gpu_class_max.get(c) for c in classes),
+        lr_scaling=LrScaling.SQRT,
+    )
 
 
 @dataclass(frozen=True)

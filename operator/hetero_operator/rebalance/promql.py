@@ -12,6 +12,8 @@ from hetero_operator import metric_names as names
 from hetero_operator.rebalance.measurements import JobMeasurements, MetricsUnavailable, WorkerMeasurement
 
 RATE_WINDOW = "30s"
+# The MetricsAvailable reason while Prometheus does not answer.
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
 
 
 def selector(namespace: str, job: str, plan_version: int | None = None) -> str:
@@ -41,6 +43,15 @@ def job_queries(namespace: str, job: str, plan_version: int) -> dict[str, str]:
         "samples_per_second": f"sum(rate({names.total(names.SAMPLES)}{current}[{RATE_WINDOW}]))",
         "noise_scale": f"max({names.GRADIENT_NOISE_SCALE}{current})",
         "staleness": f"time() - max(timestamp({names.EPOCH}{current}))",
+    }
+
+
+def progress_queries(namespace: str, job: str) -> dict[str, str]:
+    """What `status.progress` needs: the epoch the workers are in and the job's samples per second."""
+    current = selector(namespace, job)
+    return {
+        "epoch": f"max({names.EPOCH}{current})",
+        "samples_per_second": f"sum(rate({names.total(names.SAMPLES)}{current}[{RATE_WINDOW}]))",
     }
 
 
@@ -99,12 +110,13 @@ def parse(plan_version: int, answers: Mapping[str, list[tuple[dict[str, str], fl
     )
 
 
-async def fetch(
-    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str, plan_version: int
-) -> JobMeasurements:
-    """Ask Prometheus every query of `job_queries`; any transport or API failure is MetricsUnavailable."""
-    answers: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for key, query in job_queries(namespace, job, plan_version).items():
+Answers = dict[str, list[tuple[dict[str, str], float]]]
+
+
+async def ask(client: httpx.AsyncClient, prometheus_url: str, queries: Mapping[str, str]) -> Answers:
+    """Every query's answer; any transport or API failure is MetricsUnavailable."""
+    answers: Answers = {}
+    for key, query in queries.items():
         try:
             response = await client.get(
                 f"{prometheus_url}/api/v1/query", params={"query": query}, timeout=5.0
@@ -115,4 +127,23 @@ async def fetch(
                 f"Prometheus at {prometheus_url} is unreachable ({type(err).__name__})"
             ) from err
         answers[key] = _vector(body, query)
+    return answers
+
+
+async def fetch(
+    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str, plan_version: int
+) -> JobMeasurements:
+    """The job's measurements under one plan version."""
+    answers = await ask(client, prometheus_url, job_queries(namespace, job, plan_version))
     return parse(plan_version, answers)
+
+
+async def fetch_progress(
+    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str
+) -> tuple[int | None, float | None]:
+    """(epoch, samples per second) of a running job; None where the workers have not said yet."""
+    answers = await ask(client, prometheus_url, progress_queries(namespace, job))
+    epoch, rate = _scalar(answers.get("epoch", [])), _scalar(answers.get("samples_per_second", []))
+    finite_epoch = int(epoch) if epoch is not None and math.isfinite(epoch) else None
+    finite_rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
+    return finite_epoch, finite_rate

@@ -16,13 +16,16 @@ from hetero_operator.resources.job_spec import (
 )
 from hetero_operator.resources.job_status import (
     Allocation,
+    ClassWait,
     Condition,
     ConditionStatus,
     HeteroTrainJobStatus,
+    NodeExclusion,
     Phase,
     Plan,
     Progress,
     RebalanceRecord,
+    Waiting,
     WorkerAllocation,
 )
 from hetero_operator.resources.objects import GPUClass, HeteroTrainJob
@@ -46,6 +49,7 @@ __all__ = [
     "Batch",
     "CelRule",
     "Checkpoint",
+    "ClassWait",
     "Condition",
     "ConditionStatus",
     "CostModel",
@@ -61,6 +65,7 @@ __all__ = [
     "HeteroTrainJobSpec",
     "HeteroTrainJobStatus",
     "InvalidResourceError",
+    "NodeExclusion",
     "Parallelism",
     "Phase",
     "Plan",
@@ -70,5 +75,6 @@ __all__ = [
     "RestartPolicy",
     "SESGDParameters",
     "Strategy",
+    "Waiting",
     "WorkerAllocation",
 ]

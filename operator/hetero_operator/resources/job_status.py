@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -103,15 +103,24 @@ class Allocation(WireModel):
     classes: Annotated[str, StringConstraints(max_length=1024)] = Field(
         default="", description="GPUs per class, for example fast:2,slow:1."
     )
+    predicted_samples_per_second: float | None = Field(
+        default=None, ge=0, description="Throughput the scheduler predicted for these GPUs."
+    )
 
     @classmethod
-    def from_workers(cls, workers: Sequence[WorkerAllocation], generation: int = 0) -> Allocation:
+    def from_workers(
+        cls,
+        workers: Sequence[WorkerAllocation],
+        generation: int = 0,
+        predicted_samples_per_second: float | None = None,
+    ) -> Allocation:
         ordered = sorted(workers, key=lambda worker: worker.rank)
         return cls(
             workers=ordered,
             generation=generation,
             total_gpus=sum(worker.gpus for worker in ordered),
             classes=summarise_classes(ordered),
+            predicted_samples_per_second=predicted_samples_per_second,
         )
 
     @model_validator(mode="after")
@@ -175,6 +184,47 @@ class RebalanceRecord(WireModel):
     )
 
 
+class NodeExclusion(WireModel):
+    """Nodes of a GPU class that take no new worker, and why."""
+
+    filter: Annotated[str, StringConstraints(max_length=512)] = Field(
+        description="The filter, for example cordoned, not Ready, or a taint that is not tolerated."
+    )
+    nodes: int = Field(ge=0, description="How many of the class's nodes it excludes.")
+
+
+class ClassWait(WireModel):
+    """One GPU class's side of a wait, as the scheduler recorded it."""
+
+    gpu_class: Annotated[str, StringConstraints(max_length=253)] = Field(description="The GPUClass.")
+    verdict: Literal["UnknownClass", "NotAllowed", "NoSchedulableNodes", "NotEnoughFree"] = Field(
+        description="UnknownClass, NotAllowed (by spec.gpuClasses), NoSchedulableNodes or NotEnoughFree."
+    )
+    free: int = Field(default=0, ge=0, description="GPUs of the class the job could take now.")
+    wanted: int = Field(default=0, ge=0, description="GPUs the job needs at once.")
+    held_back: int = Field(default=0, ge=0, description="Free GPUs held back for a waiting queue head.")
+    held_for: Annotated[str, StringConstraints(max_length=317)] | None = Field(
+        default=None, description="That queue head (namespace/name)."
+    )
+    held_for_queue: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        default=None, description="The queue of that head."
+    )
+    chunk: int = Field(default=1, ge=1, description="GPUs that must come together (a virtual worker).")
+    nodes: int = Field(default=0, ge=0, description="Nodes of the class.")
+    excluded: list[NodeExclusion] = Field(
+        default_factory=list, max_length=16, description="Nodes left out of scheduling, by filter."
+    )
+
+
+class Waiting(WireModel):
+    """Why the job is not placed, per GPU class (present while it waits)."""
+
+    reason: Annotated[str, StringConstraints(max_length=64)] = Field(
+        description="The same reason as the Placed condition's, for example WaitingForGPUs."
+    )
+    classes: list[ClassWait] = Field(default_factory=list, max_length=64, description="One entry per class.")
+
+
 class HeteroTrainJobStatus(WireModel):
     """Observed state of the job, written by the operator through the status subresource."""
 
@@ -188,6 +238,7 @@ class HeteroTrainJobStatus(WireModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     allocation: Allocation | None = Field(default=None, description="GPUs the job holds.")
+    waiting: Waiting | None = Field(default=None, description="Why the job waits to be placed, per class.")
     plan: Plan | None = Field(default=None, description="Current batch split.")
     progress: Progress | None = Field(default=None, description="Training progress.")
     rebalances: list[RebalanceRecord] = Field(

@@ -6,6 +6,7 @@ Nothing here talks to Kubernetes; the operator builds the snapshot from its inve
 
 from hetero_operator.scheduler.cycle import SchedulerConfig, schedule
 from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preemption, Resize
+from hetero_operator.scheduler.reasons import ClassReason, ClassVerdict, WaitCode, WaitReason, format_wait
 from hetero_operator.scheduler.snapshot import (
     Allocation,
     ClassProfile,
@@ -22,6 +23,8 @@ from hetero_operator.scheduler.throughput import PriorModel, clear_prediction_ca
 __all__ = [
     "Allocation",
     "ClassProfile",
+    "ClassReason",
+    "ClassVerdict",
     "CycleMetrics",
     "Decisions",
     "GPUClassInfo",
@@ -34,7 +37,10 @@ __all__ = [
     "SchedulerConfig",
     "Snapshot",
     "SnapshotError",
+    "WaitCode",
+    "WaitReason",
     "WorkerSlot",
     "clear_prediction_caches",
+    "format_wait",
     "schedule",
 ]

@@ -31,7 +31,7 @@ from hetero_operator.scheduler.queueing import (
     plan_preemption,
     scheduling_order,
 )
-from hetero_operator.scheduler.reasons import WaitContext, explain
+from hetero_operator.scheduler.reasons import WaitContext, WaitReason, explain
 from hetero_operator.scheduler.reservations import Budgets, HeadReservation
 from hetero_operator.scheduler.snapshot import Allocation, JobRequest, Snapshot
 from hetero_operator.scheduler.throughput import PriorModel
@@ -63,7 +63,7 @@ class _Outcome:
     grow: dict[str, Resize] = field(default_factory=dict)
     shrink: dict[str, Resize] = field(default_factory=dict)
     preempt: dict[str, Preemption] = field(default_factory=dict)
-    unschedulable: dict[str, str] = field(default_factory=dict)
+    unschedulable: dict[str, WaitReason] = field(default_factory=dict)
     predicted: dict[str, float] = field(default_factory=dict)
     waiting: list[JobRequest] = field(default_factory=list)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hetero_operator.scheduler.reasons import WaitReason
 from hetero_operator.scheduler.snapshot import Allocation
 
 
@@ -14,7 +15,6 @@ class Resize:
 
     allocation: Allocation
     reason: str
-    checkpoint_first: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,6 @@ class Preemption:
     """A running job gives all its GPUs back and re-queues; it saves a checkpoint first."""
 
     reason: str
-    checkpoint_first: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +42,14 @@ class Decisions:
 
     ``place``: queued jobs to start now. ``grow``/``shrink``: running jobs to resize. ``preempt``:
     running jobs to stop and re-queue. ``unschedulable``: why each still-waiting job waits, per
-    class. ``predicted_samples_per_second``: throughput predicted for every placed or resized job.
+    class, as data (`reasons.format_wait` makes the sentence). ``predicted_samples_per_second``:
+    throughput predicted for every placed or resized job.
     """
 
     place: Mapping[str, Allocation]
     grow: Mapping[str, Resize]
     shrink: Mapping[str, Resize]
     preempt: Mapping[str, Preemption]
-    unschedulable: Mapping[str, str]
+    unschedulable: Mapping[str, WaitReason]
     predicted_samples_per_second: Mapping[str, float]
     metrics: CycleMetrics

@@ -117,6 +117,11 @@ class ClusterState:
         largest = max((n.allocatable for n in self.nodes.values()), default=0)
         self.free: dict[str, ClassFreeIndex] = {name: ClassFreeIndex(largest) for name in self.classes}
         self.capacity: Counter[str] = Counter()
+        self.node_count: Counter[str] = Counter(n.gpu_class for n in snapshot.nodes)
+        self.excluded: dict[str, Counter[str]] = {name: Counter() for name in self.classes}
+        for info in snapshot.nodes:
+            if not info.schedulable:
+                self.excluded[info.gpu_class].update(info.exclusions or ("unschedulable",))
         for node in self.nodes.values():
             if not node.schedulable:
                 continue

@@ -1,17 +1,77 @@
-"""Why a job waits, class by class, in the style of Kueue's flavor-assignment messages.
+"""Why a job waits, class by class, as data; formatted into a sentence only at the edge.
 
-Example: "needs 4 GPUs at once (gpus.min); class a100: 2 of 4 GPUs free; class t4: not allowed by
-spec.gpuClasses". Every GPUClass in the snapshot is named, plus any class the job asks for that
-does not exist, so a user can see at a glance what would have to change.
+In the style of Kueue's flavor assigner: the cycle records a `WaitReason` (a code for the `Placed`
+condition's reason, plus one `ClassReason` per GPU class), and `format_wait` turns it into the
+message a user reads, e.g. "needs 4 GPUs at once (gpus.min); class a100: 2 of 4 GPUs free; class t4:
+not allowed by spec.gpuClasses". Every GPUClass in the snapshot is named, plus any class the job asks
+for that does not exist, so a user can see at a glance what would have to change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from hetero_operator.scheduler.placement import PlacementContext
 from hetero_operator.scheduler.reservations import Budgets
 from hetero_operator.scheduler.snapshot import JobRequest
+
+
+class WaitCode(StrEnum):
+    """The main reason a job is not placed (the `Placed=False` condition's reason)."""
+
+    NO_VALID_SIZE = "NoValidSize"  # no worker count in [gpus.min, gpus.max] fits its grouping
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # its classes could never hold it
+    WAITING_FOR_GPUS = "WaitingForGPUs"  # not enough free GPUs now
+    NO_FITTING_LAYOUT = "NoFittingLayout"  # enough GPUs free, but no placement of them fits
+    PREEMPTING = "Preempting"  # lower-priority jobs are saving a checkpoint to make room
+    QUEUED_BEHIND_HEAD = "QueuedBehindHead"  # an earlier job of its queue goes first
+
+
+class ClassVerdict(StrEnum):
+    UNKNOWN = "UnknownClass"
+    NOT_ALLOWED = "NotAllowed"
+    NO_SCHEDULABLE_NODES = "NoSchedulableNodes"
+    SHORT = "NotEnoughFree"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassReason:
+    """What one GPU class offers the waiting job. ``excluded``: (filter, nodes) for the class's nodes
+    that no new worker may use, e.g. ("taint kwok.x-k8s.io/node=fake:NoSchedule not tolerated", 3)."""
+
+    gpu_class: str
+    verdict: ClassVerdict
+    free: int = 0
+    wanted: int = 0
+    held_back: int = 0
+    held_for: str | None = None
+    held_for_queue: str | None = None
+    chunk: int = 1
+    nodes: int = 0
+    excluded: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """Everything a user needs to see why a job waits."""
+
+    code: WaitCode
+    want: int | None
+    classes: tuple[ClassReason, ...] = ()
+    gpus_min: int = 1
+    gpus_max: int = 1
+    chunk: int = 1
+    capacity: int | None = None  # schedulable GPUs of its classes, when they can never hold it
+    layout_policy: str | None = None  # set when GPUs are free but no layout fits
+    preempting: tuple[str, ...] = ()
+    behind: str | None = None
+    queue: str = "default"
+    note: str | None = None  # a whole sentence, for policies that record no per-class detail
+
+    @property
+    def message(self) -> str:
+        return format_wait(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,68 +85,168 @@ class WaitContext:
     enough_free_but_no_layout: bool = False
 
 
-def class_lines(job: JobRequest, want: int, ctx: PlacementContext, budgets: Budgets) -> list[str]:
-    """One phrase per class: allowed ones in the job's preference order first, then the rest."""
+def class_reasons(job: JobRequest, want: int, ctx: PlacementContext, budgets: Budgets) -> list[ClassReason]:
+    """One entry per class: allowed ones in the job's preference order first, then the rest."""
     state = ctx.state
     known = state.classes
     preferred = list(job.allowed_classes)
     others = sorted(c for c in known if c not in preferred)
-    lines: list[str] = []
+    reasons: list[ClassReason] = []
     for gpu_class in [*preferred, *others]:
         if gpu_class not in known:
-            lines.append(f"class {gpu_class}: no GPUClass of that name")
+            reasons.append(ClassReason(gpu_class, ClassVerdict.UNKNOWN))
         elif not job.allows(gpu_class):
-            lines.append(f"class {gpu_class}: not allowed by spec.gpuClasses")
+            reasons.append(ClassReason(gpu_class, ClassVerdict.NOT_ALLOWED))
         elif state.capacity[gpu_class] == 0:
-            lines.append(f"class {gpu_class}: no schedulable nodes")
+            reasons.append(
+                ClassReason(
+                    gpu_class,
+                    ClassVerdict.NO_SCHEDULABLE_NODES,
+                    nodes=state.node_count[gpu_class],
+                    excluded=tuple(sorted(state.excluded[gpu_class].items())),
+                )
+            )
         else:
-            lines.append(_free_line(job, gpu_class, want, ctx, budgets))
-    return lines
+            reasons.append(_free_reason(job, gpu_class, want, ctx, budgets))
+    return reasons
 
 
-def _free_line(job: JobRequest, gpu_class: str, want: int, ctx: PlacementContext, budgets: Budgets) -> str:
+def _free_reason(
+    job: JobRequest, gpu_class: str, want: int, ctx: PlacementContext, budgets: Budgets
+) -> ClassReason:
     free = ctx.state.free[gpu_class].usable(job.chunk)
-    line = f"class {gpu_class}: {free} of {_gpus(want)} free"
     room = budgets.room(gpu_class)
+    held, head = 0, None
     if room < free:
         held = free - max(room, 0)
         head = budgets.limiting_head(gpu_class)
-        owner = f" for {head.job}, the head of queue {head.queue}" if head is not None else ""
-        line += f", {held} of them held back{owner}"
-    if job.chunk > 1:
-        line += f" in whole virtual workers of {job.chunk}"
+    return ClassReason(
+        gpu_class,
+        ClassVerdict.SHORT,
+        free=free,
+        wanted=want,
+        held_back=held,
+        held_for=head.job if head is not None else None,
+        held_for_queue=head.queue if head is not None else None,
+        chunk=job.chunk,
+        nodes=ctx.state.node_count[gpu_class],
+        excluded=tuple(sorted(ctx.state.excluded[gpu_class].items())),
+    )
+
+
+def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: Budgets) -> WaitReason:
+    """The reason a job is not placed in this cycle."""
+    shape = WaitReason(
+        WaitCode.NO_VALID_SIZE,
+        None,
+        gpus_min=job.gpus_min,
+        gpus_max=job.gpus_max,
+        chunk=job.chunk,
+        queue=job.queue,
+    )
+    if wait.want is None:
+        return shape
+    capacity = None
+    if wait.impossible:
+        code = WaitCode.INSUFFICIENT_CAPACITY
+        capacity = sum(ctx.state.capacity[c] for c in ctx.state.classes if job.allows(c))
+    elif wait.behind is not None:
+        code = WaitCode.QUEUED_BEHIND_HEAD
+    elif wait.preempting:
+        code = WaitCode.PREEMPTING
+    elif wait.enough_free_but_no_layout:
+        code = WaitCode.NO_FITTING_LAYOUT
+    else:
+        code = WaitCode.WAITING_FOR_GPUS
+    return replace(
+        shape,
+        code=code,
+        want=wait.want,
+        classes=tuple(class_reasons(job, wait.want, ctx, budgets)),
+        capacity=capacity,
+        layout_policy=job.allocation_policy.value if wait.enough_free_but_no_layout else None,
+        preempting=wait.preempting,
+        behind=wait.behind,
+    )
+
+
+# --- the edge: sentences ---------------------------------------------------------------------------
+
+
+def format_class(reason: ClassReason) -> str:
+    """One class's phrase, e.g. "class fast: 2 of 4 GPUs free, 1 of them held back for ns/big, ..."."""
+    name = reason.gpu_class
+    if reason.verdict is ClassVerdict.UNKNOWN:
+        return f"class {name}: no GPUClass of that name"
+    if reason.verdict is ClassVerdict.NOT_ALLOWED:
+        return f"class {name}: not allowed by spec.gpuClasses"
+    if reason.verdict is ClassVerdict.NO_SCHEDULABLE_NODES:
+        return f"class {name}: no schedulable nodes ({_nodes_phrase(reason)})"
+    line = f"class {name}: {reason.free} of {_gpus(reason.wanted)} free"
+    if reason.held_back:
+        owner = (
+            f" for {reason.held_for}, the head of queue {reason.held_for_queue}"
+            if reason.held_for is not None
+            else ""
+        )
+        line += f", {reason.held_back} of them held back{owner}"
+    if reason.chunk > 1:
+        line += f" in whole virtual workers of {reason.chunk}"
+    if reason.excluded:
+        line += f", {_exclusions(reason)}"
     return line
 
 
-def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: Budgets) -> str:
+def _nodes_phrase(reason: ClassReason) -> str:
+    if reason.nodes == 0:
+        return "no node matches its nodeSelector"
+    return _exclusions(reason)
+
+
+def _exclusions(reason: ClassReason) -> str:
+    """ "3 of 4 nodes excluded: 2 not Ready, 1 cordoned"; a taint names what would let the job in."""
+    excluded = sum(count for _, count in reason.excluded)
+    parts = [f"{count} {what}" for what, count in reason.excluded]
+    text = f"{excluded} of {_count(reason.nodes, 'node')} excluded: {', '.join(parts)}"
+    if any(what.startswith("taint ") for what, _ in reason.excluded):
+        text += " (tolerate it in the GPUClass's spec.tolerations)"
+    return text
+
+
+def format_wait(reason: WaitReason) -> str:
     """The full message for a job that is not placed in this cycle."""
-    if wait.want is None:
+    if reason.note is not None:
+        return reason.note
+    if reason.want is None:
         return (
-            f"no multiple of parallelism.hetpipe.virtualWorkerSize ({job.chunk}) lies between gpus.min "
-            f"({job.gpus_min}) and gpus.max ({job.gpus_max}): change one of them"
+            f"no multiple of parallelism.hetpipe.virtualWorkerSize ({reason.chunk}) lies between gpus.min "
+            f"({reason.gpus_min}) and gpus.max ({reason.gpus_max}): change one of them"
         )
-    rounded = " rounded up to whole virtual workers" if wait.want != job.gpus_min else ""
-    parts = [f"needs {_gpus(wait.want)} at once (gpus.min{rounded})"]
-    parts += class_lines(job, wait.want, ctx, budgets)
-    if wait.impossible:
-        capacity = sum(ctx.state.capacity[c] for c in ctx.state.classes if job.allows(c))
+    rounded = " rounded up to whole virtual workers" if reason.want != reason.gpus_min else ""
+    parts = [f"needs {_gpus(reason.want)} at once (gpus.min{rounded})"]
+    parts += [format_class(c) for c in reason.classes]
+    if reason.capacity is not None:
         parts.append(
-            f"the allowed classes have {capacity} schedulable GPUs in total, so the job cannot start until "
-            "GPU nodes are added, spec.gpuClasses is widened or gpus.min is lowered"
+            f"the allowed classes have {reason.capacity} schedulable GPUs in total, so the job cannot start "
+            "until GPU nodes are added, spec.gpuClasses is widened or gpus.min is lowered"
         )
-    if wait.enough_free_but_no_layout:
+    if reason.layout_policy is not None:
         parts.append(
             "enough GPUs are free but no placement of them fits the job (virtual-worker grouping "
-            f"{job.allocation_policy.value} or per-class batch limits)"
+            f"{reason.layout_policy} or per-class batch limits)"
         )
-    if wait.preempting:
+    if reason.preempting:
         parts.append(
-            f"making room by checkpointing and stopping lower-priority jobs: {', '.join(wait.preempting)}"
+            f"making room by checkpointing and stopping lower-priority jobs: {', '.join(reason.preempting)}"
         )
-    if wait.behind is not None:
-        parts.append(f"queued behind {wait.behind}, the head of queue {job.queue}")
+    if reason.behind is not None:
+        parts.append(f"queued behind {reason.behind}, the head of queue {reason.queue}")
     return "; ".join(parts)
 
 
 def _gpus(count: int) -> str:
-    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+    return _count(count, "GPU")
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

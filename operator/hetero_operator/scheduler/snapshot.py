@@ -62,6 +62,9 @@ class NodeInfo:
     gpus_allocatable: int
     gpus_used_by_others: int = 0
     schedulable: bool = True
+    # Why an unschedulable node is left out, one phrase per filter ("not Ready", "cordoned",
+    # "taint k=v:NoSchedule not tolerated"), for the wait reasons.
+    exclusions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.name), "nodes[].name: must not be empty")

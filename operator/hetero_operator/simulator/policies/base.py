@@ -9,6 +9,7 @@ from typing import Protocol
 from hetero_operator.scheduler import Allocation, CycleMetrics, Decisions, Preemption, Resize, Snapshot
 from hetero_operator.scheduler.free_index import ClusterState, NodeTake
 from hetero_operator.scheduler.placement import data_parallel_allocation
+from hetero_operator.scheduler.reasons import WaitCode, WaitReason
 
 
 class SchedulingPolicy(Protocol):
@@ -47,12 +48,19 @@ def decisions(
         for node, count in per_node.items():
             allocated[state.class_of(node)] += count
     waiting = Counter(j.queue for j in snapshot.jobs if j.key in unschedulable)
+    requests = {j.key: j for j in snapshot.jobs}
+    reasons = {
+        key: WaitReason(
+            WaitCode.WAITING_FOR_GPUS, requests[key].gpus_min, queue=requests[key].queue, note=text
+        )
+        for key, text in unschedulable.items()
+    }
     return Decisions(
         place=dict(place),
         grow=dict(grow or {}),
         shrink={},
         preempt=dict(preempt or {}),
-        unschedulable=dict(unschedulable),
+        unschedulable=reasons,
         predicted_samples_per_second=dict(predicted),
         metrics=CycleMetrics(
             queue_length=dict(sorted(waiting.items())),

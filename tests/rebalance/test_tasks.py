@@ -1,17 +1,18 @@
-"""The scheduling loop's rebalancer tasks: one per running job that wants one, cancelled with it."""
+"""Per-job tasks beside the loop (the rebalancer's, the progress reporter's): one per running job that
+wants one, cancelled with it, started again after an error."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from tests.operator.builders import job_body
 
+from hetero_operator.controller.clock import SystemClock
 from hetero_operator.controller.facts import JobFacts
-from hetero_operator.controller.metrics import OperatorMetrics
-from hetero_operator.controller.rebalancers import Rebalancers, wants_rebalancer
-from hetero_operator.rebalance.runner import RebalancerSettings
+from hetero_operator.rebalance.tasks import JobPass, JobTaskRunner, running, wants_rebalancer
+from hetero_operator.resources import HeteroTrainJob
 
 
 def facts(name: str, phase: str | None, deleting: bool = False, **spec: Any) -> JobFacts:
@@ -31,20 +32,15 @@ def test_only_running_jobs_that_keep_rebalancing_on_want_a_rebalancer() -> None:
     assert not wants_rebalancer(facts("e", "Running", rebalance={"enabled": False}))
 
 
-class _NoWrites:
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-        return None  # no plan ConfigMap yet: every pass ends before measuring
+def counting(passes: list[str]) -> Callable[[str], JobPass]:
+    def start(key: str) -> JobPass:
+        async def one_pass(job: HeteroTrainJob) -> float:
+            passes.append(key)
+            return 0.01
 
-    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
-        raise AssertionError("nothing to write without a plan")
+        return one_pass
 
-    async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None:
-        raise AssertionError("nothing to write without a plan")
-
-    async def post_event(
-        self, involved: Mapping[str, str], event_type: str, reason: str, message: str
-    ) -> None:
-        raise AssertionError("nothing to write without a plan")
+    return start
 
 
 async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -58,16 +54,12 @@ def test_sync_starts_a_task_per_running_job_and_cancels_it_when_the_job_stops() 
     async def scenario() -> None:
         jobs = {f.key: f for f in (facts("a", "Running"), facts("b", "Queued"))}
         passes: list[str] = []
-
-        def newest(key: str) -> JobFacts | None:
-            passes.append(key)
-            return jobs.get(key)
-
-        settings = RebalancerSettings("http://127.0.0.1:9")  # never reached: no plan to measure
-        rebalancers = Rebalancers(_NoWrites(), settings, OperatorMetrics(), newest, tick_seconds=0.01)
+        rebalancers = JobTaskRunner(
+            "rebalancer", wants_rebalancer, counting(passes), jobs.get, SystemClock(), first_pause=0.01
+        )
         rebalancers.sync(jobs)
         assert rebalancers.running == {"team/a"}
-        await _until(lambda: len(passes) >= 3)  # the first pass waits for an HTTP client to be made
+        await _until(lambda: len(passes) >= 3)
         assert set(passes) == {"team/a"}, "only the running job is rebalanced"
 
         jobs["team/b"] = facts("b", "Running")
@@ -96,8 +88,9 @@ def test_a_rebalancer_that_ended_on_an_error_is_started_again_by_the_next_sync()
                 raise RuntimeError("index gone wrong")
             return jobs.get(key)
 
-        settings = RebalancerSettings("http://127.0.0.1:9")
-        rebalancers = Rebalancers(_NoWrites(), settings, OperatorMetrics(), newest, tick_seconds=0.01)
+        rebalancers = JobTaskRunner(
+            "rebalancer", wants_rebalancer, counting([]), newest, SystemClock(), first_pause=0.01
+        )
         rebalancers.sync(jobs)
         first = rebalancers._tasks["team/a"]
         await _until(first.done)
@@ -108,3 +101,9 @@ def test_a_rebalancer_that_ended_on_an_error_is_started_again_by_the_next_sync()
         await rebalancers.stop()
 
     asyncio.run(scenario())
+
+
+def test_progress_is_reported_for_running_jobs_with_rebalancing_off_too() -> None:
+    assert running(facts("a", "Running", rebalance={"enabled": False}))
+    assert not wants_rebalancer(facts("a", "Running", rebalance={"enabled": False}))
+    assert not running(facts("b", "Queued"))

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from hetero_operator.controller.job_conditions import REBALANCER_TYPES
 from hetero_operator.controller.k8s import KubeError
 
-# Condition types the rebalancer owns; every other type belongs to the scheduling loop.
-REBALANCER_TYPES = frozenset({"MetricsAvailable"})
 ATTEMPTS = 5
 
 

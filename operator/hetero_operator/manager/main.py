@@ -12,7 +12,7 @@ from pathlib import Path
 
 import kopf
 
-from hetero_operator.controller import handlers, names
+from hetero_operator.controller import names
 from hetero_operator.controller.k8s import connection_info
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.peering import (
@@ -22,6 +22,7 @@ from hetero_operator.controller.peering import (
     start_priority,
 )
 from hetero_operator.controller.scheduling_loop import LoopConfig
+from hetero_operator.manager import handlers
 from hetero_operator.rebalance.runner import RebalancerSettings
 
 # Importing the modules registers the handlers and indexes with kopf.

@@ -20,6 +20,8 @@ from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.peering import Leadership, PeeringConfig
 from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
+from hetero_operator.manager.job_tasks import PrometheusTasks
+from hetero_operator.rebalance.runner import RebalancerSettings
 from hetero_operator.resources import (
     GROUP,
     VERSION,
@@ -116,7 +118,10 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     if memo.metrics_port:
         metrics.serve(memo.metrics_port)
     indexes = {name: kwargs[name] for name in INDEX_NAMES}
-    loop = SchedulingLoop(client, indexes, memo.loop_config, metrics, getattr(memo, "rebalancer", None))
+    loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
+    rebalancer: RebalancerSettings | None = getattr(memo, "rebalancer", None)
+    if rebalancer is not None:
+        loop.tasks = (PrometheusTasks(client, rebalancer, metrics, loop.freshest, loop.clock),)
     memo.client, memo.metrics, memo.loop = client, metrics, loop
     peering: PeeringConfig | None = getattr(memo, "peering", None)
     # With peering, the loop runs only on the active replica: kopf pauses its own handlers on a
