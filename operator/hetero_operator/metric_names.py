@@ -87,6 +87,11 @@ OPERATOR_RESTARTS = "heterotrain_operator_restarts"
 """Counter: worker-group restarts after a failure."""
 OPERATOR_PLACEMENTS = "heterotrain_operator_placements"
 """Counter: jobs placed."""
+LABEL_VERB = "verb"
+LABEL_RESOURCE = "resource"
+OPERATOR_KUBE_REQUESTS = "heterotrain_operator_kube_requests"
+"""Counter per verb and resource (pods, heterotrainjobs/status, ...): requests the operator sent to the
+Kubernetes API server, its watches aside."""
 
 # --- Operator HTTP API -------------------------------------------------------------------------------
 LABEL_ROUTE = "route"

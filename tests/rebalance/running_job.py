@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from tests.fakekube import FakeKube
 from tests.operator.builders import job_body
 
 from hetero_operator.controller import launcher
+from hetero_operator.controller.plans import plan_status
 from hetero_operator.plan import Plan
+from hetero_operator.rebalance.decide import RebalanceDecision
+from hetero_operator.rebalance.job_metrics import fetch_snapshot
+from hetero_operator.rebalance.runner import JobMemory, Rebalancer
 from hetero_operator.resources import HeteroTrainJob
 
 
@@ -36,6 +41,7 @@ def running_job(
         "phase": "Running",
         "allocation": {"workers": workers, "generation": 0, "totalGpus": world, "classes": f"fast:{world}"},
         "conditions": conditions or [],
+        "plan": plan_status(plan).to_wire(),
     }
     kube.put(body)
     job = current(kube, namespace, name)
@@ -56,3 +62,11 @@ def metrics_available(kube: FakeKube, namespace: str = "ns", name: str = "job") 
         (c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "MetricsAvailable"),
         None,
     )
+
+
+async def tick(
+    rebalancer: Rebalancer, http: httpx.AsyncClient, kube: FakeKube, memory: JobMemory
+) -> RebalanceDecision | None:
+    """One pass as the operator runs it: poll every job's epoch, then the job's rebalancer."""
+    snapshot = await fetch_snapshot(http, rebalancer.settings.prometheus_url)
+    return await rebalancer.tick(current(kube), memory, snapshot)

@@ -27,6 +27,7 @@ from tests.fakekube import FakeKube, ManualClock
 from tests.operator.conftest import gpu_classes_tolerating_kwok
 from tests.operator.live import Jobs, OperatorProcess, account_kubeconfig, chart_service_account, wait_for
 from tests.rebalance.running_job import metrics_available, running_job
+from tests.rebalance.running_job import tick as rebalance_pass
 
 from hetero_operator import metric_names
 from hetero_operator.controller import names
@@ -501,7 +502,12 @@ def prometheus_answers(
 
     def answer(request: httpx.Request) -> httpx.Response:
         query = request.url.params["query"]
-        if query.startswith("max(") or query.startswith("time()"):
+        if query.startswith("max by"):
+            labels = {metric_names.LABEL_NAMESPACE: "ns", metric_names.LABEL_JOB: "job"}
+            rows = [{"metric": labels, "value": [0, "5"]}]
+        elif query.startswith(f"sum by ({metric_names.LABEL_NAMESPACE}"):
+            rows = []
+        elif query.startswith("max(") or query.startswith("time()"):
             value = "1" if query.startswith("time()") else "5"
             rows = [{"metric": {}, "value": [0, value]}]
         elif query.startswith("sum(rate("):
@@ -559,12 +565,13 @@ def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(recor
 
     async def tick(per_rank: dict[int, dict[str, float | str]]) -> tuple[Any, FakeKube]:
         kube = FakeKube()
-        job = running_job(kube, plan)
+        running_job(kube, plan)
         kube.requests.clear()
         transport = httpx.MockTransport(prometheus_answers(per_rank))
         async with httpx.AsyncClient(transport=transport) as http:
             settings = RebalancerSettings("http://prometheus.invalid")
-            decision = await Rebalancer(kube, http, settings, ManualClock()).tick(job, JobMemory())
+            rebalancer = Rebalancer(kube, http, settings, ManualClock())
+            decision = await rebalance_pass(rebalancer, http, kube, JobMemory())
         return decision, kube
 
     @settings(max_examples=60, deadline=None, database=None, phases=[Phase.generate])

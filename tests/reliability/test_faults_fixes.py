@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from tests.fakekube import FakeKube, ManualClock
 from tests.operator.builders import allocation, job, pod
-from tests.rebalance.running_job import current, metrics_available, running_job
+from tests.rebalance.running_job import metrics_available, running_job, tick
 
 from hetero_operator.controller.lifecycle import LifecycleConfig, Observation, reconcile
 from hetero_operator.plan import Plan
@@ -29,7 +29,7 @@ async def _tick(
     kube: FakeKube, prometheus: Any, memory: JobMemory, settings: RebalancerSettings, clock: ManualClock
 ) -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
-        await Rebalancer(kube, http, settings, clock).tick(current(kube), memory)
+        await tick(Rebalancer(kube, http, settings, clock), http, kube, memory)
 
 
 def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None:
@@ -59,7 +59,9 @@ def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None
 def _rank_0_unscraped(request: httpx.Request) -> httpx.Response:
     """A Prometheus at epoch 3 of plan version 1 that has series for rank 1 only."""
     query = request.url.params["query"]
-    if query.startswith("max(heterotrain_worker_epoch"):
+    if query.startswith("max by"):
+        result = [{"metric": {"namespace": "ns", "heterotrain_job": "job"}, "value": [0, "3"]}]
+    elif query.startswith("max(heterotrain_worker_epoch"):
         result = [{"metric": {}, "value": [0, "3"]}]
     elif "heterotrain_worker_step_compute_seconds_sum" in query:
         result = [{"metric": {"rank": "1"}, "value": [0, "0.5"]}]

@@ -46,3 +46,19 @@ def bench() -> ModuleType:
 def test_request_counts_sum_codes_name_subresources_and_leave_watches_out(bench: ModuleType) -> None:
     counts = bench.request_counts(METRICS)
     assert counts == {"POST pods": 2253, "PATCH heterotrainjobs/status": 731}
+
+
+def test_percentiles_of_raw_durations_need_no_buckets(bench: ModuleType) -> None:
+    durations = [0.1] * 98 + [0.9, 2.0]
+    assert bench.percentile(durations, 0.5) == pytest.approx(0.1)
+    assert bench.percentile(durations, 0.99) == pytest.approx(0.9 + 0.01 * (2.0 - 0.9))
+    assert bench.percentile([0.3], 0.99) == 0.3
+
+
+def test_the_operators_own_request_counter_is_read_by_verb_and_resource(bench: ModuleType) -> None:
+    text = (
+        "# TYPE heterotrain_operator_kube_requests counter\n"
+        'heterotrain_operator_kube_requests_total{resource="pods",verb="POST"} 12.0\n'
+        'heterotrain_operator_kube_requests_total{resource="heterotrainjobs/status",verb="PATCH"} 4.0\n'
+    )
+    assert bench.operator_requests(text) == {"POST pods": 12, "PATCH heterotrainjobs/status": 4}

@@ -65,6 +65,10 @@ def operator_command(
         int,
         typer.Option("--api-port", help="Serve the HTTP API (pools, jobs, what-if) on this port (0: off)."),
     ] = 0,
+    cycle_log: Annotated[
+        Path | None,
+        typer.Option("--cycle-log", help="Append each scheduling cycle's duration and size to this file."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
@@ -82,6 +86,7 @@ def operator_command(
             checkpoint_grace_seconds=checkpoint_grace,
             prometheus_url=prometheus_url,
             api_port=api_port,
+            cycle_log=cycle_log,
         )
     )
 

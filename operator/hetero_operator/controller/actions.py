@@ -14,6 +14,8 @@ from hetero_operator.controller.lifecycle import JobEvent
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 from hetero_operator.scheduler import Decisions
 
+Generation = tuple[str, str, int]  # (job key, job uid, allocation generation)
+
 
 @dataclass(frozen=True, slots=True)
 class DeletePods:
@@ -35,11 +37,12 @@ class PublishPlan:
 
 @dataclass(frozen=True, slots=True)
 class CreateGeneration:
-    """Create the objects of the job's current generation; `plan` is written only if the job has no
-    plan ConfigMap (a restarted generation keeps the plan it was rebalanced to)."""
+    """Create the objects of the job's current generation. `plan` is written only if the job has no
+    plan ConfigMap (a restarted generation keeps the plan it was rebalanced to); None when the same
+    write publishes the plan just before."""
 
     generation: int
-    plan: contract.Plan
+    plan: contract.Plan | None
     classes: Mapping[str, ClassLaunchInfo] = field(default_factory=dict)
 
 

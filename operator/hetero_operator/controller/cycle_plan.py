@@ -21,13 +21,13 @@ from hetero_operator.controller.actions import (
     CycleCounts,
     CyclePlan,
     DeletePods,
+    Generation,
     InvalidMark,
     PostEvent,
     PublishPlan,
     RequestCheckpoint,
 )
 from hetero_operator.controller.decision_effects import apply_decisions
-from hetero_operator.controller.expectations import Generation
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
 from hetero_operator.controller.job_conditions import ConditionType, is_true

@@ -101,7 +101,7 @@ def place(
     placed_item = item.with_status(placed(job, chosen, plan_status(plan), now)).then(
         (
             PublishPlan(plan),
-            CreateGeneration(generation, plan, view.launch_classes()),
+            CreateGeneration(generation, None, view.launch_classes()),
             PostEvent(JobEvent("Normal", "Placed", message)),
         )
     )

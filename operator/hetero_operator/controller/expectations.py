@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hetero_operator.controller.actions import Generation
 from hetero_operator.controller.clock import Clock
 
 # A generation whose objects could not all be created is tried again after this long; one whose
 # creation went through is only re-checked after RECHECK_SECONDS (a pod deleted by hand since).
 RETRY_SECONDS = 5.0
 RECHECK_SECONDS = 60.0
-
-Generation = tuple[str, str, int]  # (job key, job uid, allocation generation)
 
 
 class CreationState(StrEnum):

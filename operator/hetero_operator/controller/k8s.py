@@ -7,7 +7,7 @@ reads comes from kopf's watches and indexes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -66,14 +66,34 @@ def connection_info(kubeconfig_first: bool) -> kopf.ConnectionInfo:
     raise kopf.LoginError("no credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster")
 
 
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a request path names, e.g. pods or heterotrainjobs/status."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
+        parts = parts[parts.index("namespaces") + 2 :]
+    elif parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    return parts[0] if len(parts) < 3 else f"{parts[0]}/{parts[2]}"
+
+
 class KubeClient:
-    def __init__(self, info: kopf.ConnectionInfo, timeout: float = 30.0, max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        info: kopf.ConnectionInfo,
+        timeout: float = 30.0,
+        max_connections: int = 64,
+        on_request: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """`on_request(verb, resource)`: told of every request sent (the operator counts them)."""
         self._base = info.server.rstrip("/")
         self._ssl = info.as_ssl_context()
         self._headers = {**info.as_http_headers(), "Accept": "application/json"}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._on_request = on_request
 
     def _client(self) -> aiohttp.ClientSession:
         # Created lazily: a session belongs to the event loop it was made in.
@@ -98,6 +118,8 @@ class KubeClient:
         accept: tuple[int, ...] = (),
     ) -> tuple[int, Any]:
         """(HTTP status, decoded JSON body) for a success or an accepted status; else KubeError."""
+        if self._on_request is not None:
+            self._on_request(method, resource_of(path))
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": content_type} if body is not None else None
         async with self._client().request(

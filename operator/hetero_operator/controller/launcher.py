@@ -6,7 +6,7 @@ same objects and creating them twice is harmless (the second create answers 409 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,15 +268,14 @@ def worker_pods(
 
 
 def generation_manifests(
-    job: HeteroTrainJob, allocation: StatusAllocation, plan: contract.Plan, settings: LaunchSettings
+    job: HeteroTrainJob, allocation: StatusAllocation, plan: contract.Plan | None, settings: LaunchSettings
 ) -> list[Manifest]:
-    """Everything one allocation generation needs, in creation order (pods last: they mount the rest)."""
-    manifests = [headless_service(job, settings), plan_config_map(job, plan)]
+    """Everything one allocation generation needs, in creation order (pods last: they mount the rest);
+    the plan ConfigMap only when `plan` is given (one published just before is not created twice)."""
+    manifests = [headless_service(job, settings)]
+    if plan is not None:
+        manifests.append(plan_config_map(job, plan))
     claim = checkpoint_claim(job, settings)
     if claim is not None:
         manifests.append(claim)
     return [*manifests, *worker_pods(job, allocation, settings)]
-
-
-def pod_names(job_name: str, allocation: StatusAllocation) -> Sequence[str]:
-    return [names.pod_name(job_name, allocation.generation, w.rank) for w in allocation.workers]

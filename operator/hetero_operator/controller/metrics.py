@@ -46,6 +46,12 @@ class OperatorMetrics:
         self.preemptions = Counter(names.OPERATOR_PREEMPTIONS, "Jobs stopped to make room.", registry=r)
         self.restarts = Counter(names.OPERATOR_RESTARTS, "Worker-group restarts after failures.", registry=r)
         self.placements = Counter(names.OPERATOR_PLACEMENTS, "Jobs placed.", registry=r)
+        self.kube_requests = Counter(
+            names.OPERATOR_KUBE_REQUESTS,
+            "Requests sent to the Kubernetes API server, watches aside.",
+            [names.LABEL_VERB, names.LABEL_RESOURCE],
+            registry=r,
+        )
         self.gpus_capacity = Gauge(
             names.OPERATOR_GPUS_CAPACITY,
             "GPUs on Ready, schedulable nodes.",
@@ -65,6 +71,9 @@ class OperatorMetrics:
             registry=r,
         )
         self._plan_versions: dict[tuple[str, str], str] = {}
+
+    def count_request(self, verb: str, resource: str) -> None:
+        self.kube_requests.labels(verb, resource).inc()
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)

@@ -113,8 +113,8 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.startup()
 async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     """Start the scheduling loop over kopf's live indexes (they fill as the watches begin)."""
-    client = KubeClient(memo.connection)
     metrics = OperatorMetrics()
+    client = KubeClient(memo.connection, on_request=metrics.count_request)
     if memo.metrics_port:
         metrics.serve(memo.metrics_port)
     indexes = {name: kwargs[name] for name in INDEX_NAMES}

@@ -1,5 +1,5 @@
-"""The per-job tasks a running job gets when Prometheus is configured: its progress, and (unless its
-spec turns it off) its rebalancer. One HTTP client serves them all."""
+"""What running jobs get when Prometheus is configured: their progress (one poller for all jobs), and
+unless the spec turns it off, a rebalancer each. One HTTP client serves them all."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.metrics import OperatorMetrics
-from hetero_operator.rebalance.progress import ProgressMemory, ProgressReporter
+from hetero_operator.rebalance.job_metrics import JobMetricsPoller
 from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
-from hetero_operator.rebalance.tasks import JobPass, JobTaskRunner, running, wants_rebalancer
+from hetero_operator.rebalance.tasks import JobPass, JobTaskRunner, wants_rebalancer
 from hetero_operator.resources import HeteroTrainJob
 
 
@@ -32,34 +32,33 @@ class PrometheusTasks:
         self.settings = settings
         self.metrics = metrics
         self.rebalancer = Rebalancer(client, self.http, settings, clock)
-        self.progress = ProgressReporter(client, self.http, settings.prometheus_url, clock)
-        self.runners = (
-            JobTaskRunner(
-                "rebalancer",
-                wants_rebalancer,
-                self._rebalancing,
-                newest,
-                clock,
-                settings.tick_seconds,
-                on_stop=self._forget,
-            ),
-            JobTaskRunner("progress", running, self._reporting, newest, clock, settings.tick_seconds),
+        self.poller = JobMetricsPoller(
+            client, self.http, settings.prometheus_url, clock, settings.tick_seconds
+        )
+        self.rebalancers = JobTaskRunner(
+            "rebalancer",
+            wants_rebalancer,
+            self._rebalancing,
+            newest,
+            clock,
+            settings.tick_seconds,
+            on_stop=self._forget,
         )
 
     def sync(self, jobs: Mapping[str, JobFacts]) -> None:
-        for runner in self.runners:
-            runner.sync(jobs)
+        self.poller.sync(jobs)
+        self.rebalancers.sync(jobs)
 
     async def stop(self) -> None:
-        for runner in self.runners:
-            await runner.stop()
+        await self.rebalancers.stop()
+        await self.poller.stop()
         await self.http.aclose()
 
     def _rebalancing(self, key: str) -> JobPass:
         memory = JobMemory()
 
         async def run(job: HeteroTrainJob) -> float:
-            await self.rebalancer.tick(job, memory)
+            await self.rebalancer.tick(job, memory, self.poller.latest)
             if memory.plans:
                 # The prediction of the newest plan read: the one in effect (a plan published in this
                 # pass is read on the next one, when the workers pick it up too).
@@ -70,15 +69,6 @@ class PrometheusTasks:
             return (
                 self.settings.retry_seconds if memory.prometheus_unreachable else self.settings.tick_seconds
             )
-
-        return run
-
-    def _reporting(self, key: str) -> JobPass:
-        memory = ProgressMemory()
-
-        async def run(job: HeteroTrainJob) -> float:
-            await self.progress.tick(job, memory)
-            return self.settings.tick_seconds
 
         return run
 

@@ -42,6 +42,7 @@ class OperatorOptions:
     prometheus_url: str | None = None
     api_port: int = 0
     watch_timeout_seconds: int = 60
+    cycle_log: Path | None = None
     loop: LoopConfig = field(default_factory=LoopConfig)
 
     def loop_config(self) -> LoopConfig:
@@ -53,6 +54,7 @@ class OperatorOptions:
             lifecycle=LifecycleConfig(checkpoint_grace_seconds=self.checkpoint_grace_seconds),
             scheduler=self.loop.scheduler,
             launch=self.loop.launch,
+            cycle_log=self.cycle_log,
         )
 
     def peering_config(self, started: datetime) -> PeeringConfig | None:

@@ -46,15 +46,6 @@ def job_queries(namespace: str, job: str, plan_version: int) -> dict[str, str]:
     }
 
 
-def progress_queries(namespace: str, job: str) -> dict[str, str]:
-    """What `status.progress` needs: the epoch the workers are in and the job's samples per second."""
-    current = selector(namespace, job)
-    return {
-        "epoch": f"max({names.EPOCH}{current})",
-        "samples_per_second": f"sum(rate({names.total(names.SAMPLES)}{current}[{RATE_WINDOW}]))",
-    }
-
-
 def _vector(body: Mapping[str, Any], query: str) -> list[tuple[dict[str, str], float]]:
     if body.get("status") != "success":
         raise MetricsUnavailable(
@@ -136,14 +127,3 @@ async def fetch(
     """The job's measurements under one plan version."""
     answers = await ask(client, prometheus_url, job_queries(namespace, job, plan_version))
     return parse(plan_version, answers)
-
-
-async def fetch_progress(
-    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str
-) -> tuple[int | None, float | None]:
-    """(epoch, samples per second) of a running job; None where the workers have not said yet."""
-    answers = await ask(client, prometheus_url, progress_queries(namespace, job))
-    epoch, rate = _scalar(answers.get("epoch", [])), _scalar(answers.get("samples_per_second", []))
-    finite_epoch = int(epoch) if epoch is not None and math.isfinite(epoch) else None
-    finite_rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
-    return finite_epoch, finite_rate

@@ -21,6 +21,7 @@ from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import PerfSample
 from hetero_operator.rebalance import promql
 from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, confirm, decide, record
+from hetero_operator.rebalance.job_metrics import MetricsSnapshot
 from hetero_operator.rebalance.job_status import MetricsState, published_status, said_unavailable
 from hetero_operator.rebalance.measurements import (
     JobMeasurements,
@@ -70,14 +71,15 @@ class JobMemory:
     prometheus_back_at: float | None = None  # monotonic time Prometheus answered after an outage
 
 
-def due(job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory) -> bool:
-    """Has the job run `everyEpochs` under its newest plan, with an epoch boundary still ahead?"""
-    every = job.spec.rebalance.every_epochs
-    if measured.epoch is None or measured.epoch < plan.apply_at_epoch + every:
+def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
+    """Has the job run `everyEpochs` under its newest plan (as its status says), with an epoch
+    boundary still ahead, and no decision taken on that plan yet?"""
+    plan = job.status.plan if job.status is not None else None
+    if plan is None or epoch is None or epoch < plan.epoch + job.spec.rebalance.every_epochs:
         return False
     # The last epoch: no boundary is left for a new plan to start at, and workers that finish drop
     # out of the metrics (which is no fault of theirs).
-    if job.spec.epochs and measured.epoch + 1 >= job.spec.epochs:
+    if job.spec.epochs and epoch + 1 >= job.spec.epochs:
         return False
     return plan.version > memory.last_decided_version
 
@@ -91,30 +93,46 @@ class Rebalancer:
         self.settings = settings
         self.clock = clock
 
-    async def _current_plan(self, job: HeteroTrainJob) -> Plan | None:
+    async def _current_plan(self, job: HeteroTrainJob, memory: JobMemory) -> Plan | None:
+        """The plan the workers run, read from its ConfigMap once per version (the status names it)."""
+        wanted = job.status.plan.version if job.status is not None and job.status.plan is not None else None
+        if wanted in memory.plans:
+            return memory.plans[wanted]
         path = path_of("ConfigMap", job.namespace, names.plan_config_map_name(job.name))
         text = ((await self.client.get(path) or {}).get("data") or {}).get(PLAN_CONFIGMAP_KEY)
-        return Plan.from_json(text) if text else None
+        plan = Plan.from_json(text) if text else None
+        if plan is None or plan.version != wanted:
+            return None  # the ConfigMap has not caught up with the status yet
+        memory.plans[plan.version] = plan
+        return plan
 
     async def _fetch(self, job: HeteroTrainJob, version: int) -> JobMeasurements:
         url = self.settings.prometheus_url
         return await promql.fetch(self.http, url, job.namespace, job.name, version)
 
-    async def tick(self, job: HeteroTrainJob, memory: JobMemory) -> RebalanceDecision | None:
-        """Once the job has run `everyEpochs` under its newest plan, rebalance."""
-        plan = await self._current_plan(job)
+    async def tick(
+        self, job: HeteroTrainJob, memory: JobMemory, snapshot: MetricsSnapshot | None
+    ) -> RebalanceDecision | None:
+        """Once the job has run `everyEpochs` under its newest plan, rebalance. `snapshot`: every
+        job's epoch as last polled (None before the first poll)."""
+        if snapshot is None:
+            return None
+        state = MetricsState(self.client, job, self.clock)
+        if not snapshot.reachable:
+            memory.prometheus_unreachable = True
+            await state.say(False, promql.PROMETHEUS_UNAVAILABLE, snapshot.error)
+            return None
+        await self._back(state, memory)
+        if not due(job, snapshot.of(f"{job.namespace}/{job.name}").epoch, memory):
+            return None
+        plan = await self._current_plan(job, memory)
         if plan is None:
             return None
-        memory.plans[plan.version] = plan
-        state = MetricsState(self.client, job, self.clock)
         try:
             measured = await self._fetch(job, plan.version)
         except MetricsUnavailable as why:
             memory.prometheus_unreachable = True
             await state.say(False, promql.PROMETHEUS_UNAVAILABLE, str(why))
-            return None
-        await self._back(state, memory)
-        if not due(job, plan, measured, memory):
             return None
         if not await self._usable(state, measured, plan, memory):
             return None
