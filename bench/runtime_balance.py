@@ -68,7 +68,8 @@ def worker_main(config: dict[str, Any]) -> None:
     from torch.nn import functional
 
     from hetero_operator.plan import Plan
-    from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record
+    from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide
+    from hetero_operator.rebalance.history import record
     from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
     from hetero_runtime.simulate import SpeedSimulator, Stopwatch
     from hetero_runtime.strategies.data import synchronize_gradients

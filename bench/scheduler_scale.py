@@ -116,7 +116,6 @@ class PlacementWatch:
         self._placed: set[str] = set()
         self.all_placed_at: float | None = None
         self._stopped = False
-        self._responses: dict[str, Any] = {}
         self._core = kubernetes.client.CoreV1Api(api)
         self._custom = kubernetes.client.CustomObjectsApi(api)
         for kind in ("pods", "jobs"):
@@ -152,7 +151,6 @@ class PlacementWatch:
         while not self._stopped:
             try:
                 response = self._request(kind, watch=True, resource_version=version, timeout_seconds=900)
-                self._responses[kind] = response
                 buffer = b""
                 for chunk in response.stream(65536):
                     buffer += chunk
@@ -217,9 +215,8 @@ class PlacementWatch:
             return sum(self._bound.values())
 
     def stop(self) -> None:
+        """The watch threads end with the test bed (closing a stream another thread reads can block)."""
         self._stopped = True
-        for response in self._responses.values():
-            response.close()
 
 
 def create_nodes(core: kubernetes.client.CoreV1Api, node_list: NodeList, timeout: float = 300) -> None:

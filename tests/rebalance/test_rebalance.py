@@ -12,7 +12,8 @@ import pytest
 from hetero_operator import metric_names as names
 from hetero_operator.plan import Plan, SESGDParams, Strategy
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record, split_balance
+from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide
+from hetero_operator.rebalance.history import record, split_balance
 from hetero_operator.rebalance.measurements import (
     JobMeasurements,
     MetricsUnavailable,

@@ -44,7 +44,7 @@ from hetero_operator.controller.plans import PlanBuildError, initial_plan
 from hetero_operator.controller.transitions import invalid, status_of, validated
 from hetero_operator.controller.validation import job_problems
 from hetero_operator.resources import HeteroTrainJobStatus
-from hetero_operator.scheduler import Decisions, JobRequest, SchedulerConfig, Snapshot, schedule
+from hetero_operator.scheduler import Decisions, JobRequest, SchedulerConfig, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +75,6 @@ class Prepared:
     clean_up: tuple[CleanUp, ...] = ()
     restarts: int = 0
     wake_in: float | None = None
-
-
-def plan_cycle(view: ClusterView, now: float, in_flight: InFlight, config: CycleConfig) -> CyclePlan:
-    """The whole cycle in one call (the loop calls the two halves to time `schedule()` alone)."""
-    prepared = prepare(view, now, in_flight, config)
-    return finish(prepared, schedule(prepared.snapshot, config.scheduler), config)
 
 
 def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleConfig) -> Prepared:

@@ -3,8 +3,8 @@ not) out. Nothing here talks to Kubernetes or Prometheus."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,7 +12,6 @@ from hetero_operator.plan import Plan, Strategy
 from hetero_operator.planner import (
     ClusterModel,
     LrScaling,
-    PerfSample,
     PlanningError,
     WorkerModel,
     WorkerSpec,
@@ -22,21 +21,16 @@ from hetero_operator.planner import (
     optimal_split,
     predict_iteration_time,
 )
-from hetero_operator.planner.fitting import MIN_SLOPE_MS, WarmupStage, fit_communication
+from hetero_operator.planner.fitting import MIN_SLOPE_MS, SplitDecision, WarmupStage, fit_communication
 from hetero_operator.planner.goodput import geometric_candidates
+from hetero_operator.rebalance.history import History, at_latest_pace, split_balance, well_spread
 from hetero_operator.rebalance.measurements import JobMeasurements
 from hetero_operator.resources import HeteroTrainJobSpec
 
-HISTORY_PER_WORKER = 8
-# A worker's linear model is only fitted from batch sizes at least this far apart (relative to their
-# mean): two nearly equal batches turn measurement noise into a wild slope.
-MIN_RELATIVE_SPREAD = 0.1
 # When the fitted model misjudges the plan just measured by more than this, it is not trusted.
 MAX_MODEL_ERROR = 0.25
 # Strategies whose plan is a per-rank batch split the rebalancer can change between epochs.
 SPLIT_STRATEGIES = frozenset({Strategy.DATA, Strategy.ESYNC, Strategy.DREAMDDP, Strategy.SESGD})
-
-History = Mapping[int, Sequence[PerfSample]]
 
 
 @dataclass(frozen=True)
@@ -74,101 +68,6 @@ class RebalanceDecision:
     measured_seconds: float
     predicted_current_seconds: float | None = None
     predicted_new_seconds: float | None = None
-
-
-def _batches_and_computes(plan: Plan, measured: JobMeasurements) -> list[tuple[int, float]]:
-    """(local batch, mean compute seconds) of every rank that computed something under `plan`."""
-    out = []
-    for worker in measured.workers:
-        batch = plan.local_batches[worker.rank] if worker.rank < len(plan.local_batches) else 0
-        if batch > 0 and worker.compute_seconds > 0:
-            out.append((batch, worker.compute_seconds))
-    return out
-
-
-def pace_ms(plan: Plan, measured: JobMeasurements) -> float | None:
-    """The whole cluster's compute time per sample in one measured round: 1 / sum(b_i / c_i)."""
-    pairs = _batches_and_computes(plan, measured)
-    rate = sum(batch / seconds for batch, seconds in pairs)
-    return 1e3 / rate if pairs and rate > 0 else None
-
-
-def split_balance(plan: Plan, measured: JobMeasurements) -> float | None:
-    """How close one measured round came to equal finish times, from that round alone: the compute
-    time a perfect split of its total would take at the per-sample speeds it measured, over its
-    slowest worker's compute time (1 = balanced). A host or cluster that runs slower or faster as a
-    whole between rounds scales every worker alike, which cancels here; it does not cancel in a
-    comparison of two rounds' step times."""
-    pairs = _batches_and_computes(plan, measured)
-    pace = pace_ms(plan, measured)
-    if pace is None or len(pairs) != len(measured.workers):
-        return None
-    total = sum(batch for batch, _ in pairs)
-    return total * pace / 1e3 / max(seconds for _, seconds in pairs)
-
-
-def record(history: History, measured: JobMeasurements, plan: Plan) -> dict[int, list[PerfSample]]:
-    """History with one sample per rank added for the plan just measured (bounded, oldest dropped)."""
-    updated = {rank: list(samples) for rank, samples in history.items()}
-    pace = pace_ms(plan, measured)
-    for worker in measured.workers:
-        batch = plan.local_batches[worker.rank] if worker.rank < len(plan.local_batches) else 0
-        if batch <= 0:
-            continue
-        sample = PerfSample(
-            batch=batch,
-            compute_ms=worker.compute_seconds * 1e3,
-            sync_start_ms=worker.sync_start_seconds * 1e3,
-            comm_ms=worker.comm_seconds * 1e3,
-            pace_ms=pace,
-        )
-        updated[worker.rank] = [*updated.get(worker.rank, []), sample][-HISTORY_PER_WORKER:]
-    return updated
-
-
-def at_latest_pace(history: History) -> dict[int, list[PerfSample]]:
-    """Every sample's compute brought to the pace of the newest round (the newest samples').
-
-    The workers of one round share its pace, so a round in which the whole host or cluster ran
-    slower (another tenant, a warmer chip) does not bend the fitted lines: a line fitted through two
-    rounds 8% apart in pace, with batch sizes 10% apart, gets a slope off by most of its value. The
-    pace barely depends on the split itself (a per-step fixed cost of 40% of an even split's compute
-    moves it by 2.4% between the even and the balanced split, and OptPerf's split by 0.4%), so true
-    fixed costs are kept."""
-    newest = {samples[-1].pace_ms for samples in history.values() if samples}
-    latest = newest.pop() if len(newest) == 1 else None
-    if latest is None or latest <= 0:
-        return {rank: list(samples) for rank, samples in history.items()}
-    return {
-        rank: [
-            s
-            if s.pace_ms is None or s.pace_ms <= 0
-            else replace(
-                s,
-                compute_ms=s.compute_ms * latest / s.pace_ms,
-                sync_start_ms=s.sync_start_ms * latest / s.pace_ms,
-                pace_ms=latest,
-            )
-            for s in samples
-        ]
-        for rank, samples in history.items()
-    }
-
-
-def well_spread(history: History) -> dict[int, list[PerfSample]]:
-    """History in which a worker whose batch sizes are too close to fit a line keeps only its latest
-    batch size (so the planner stays with the inverse-time split for it)."""
-    out: dict[int, list[PerfSample]] = {}
-    for rank, samples in history.items():
-        batches = [s.batch for s in samples]
-        if not batches:
-            continue
-        spread = (max(batches) - min(batches)) / (sum(batches) / len(batches))
-        latest = batches[-1]
-        out[rank] = (
-            list(samples) if spread >= MIN_RELATIVE_SPREAD else [s for s in samples if s.batch == latest]
-        )
-    return out
 
 
 def measured_iteration_seconds(measured: JobMeasurements) -> float:
@@ -210,6 +109,17 @@ def _predict_ms(per_sample_ms: Sequence[float], batches: Sequence[int]) -> float
     return float(np.max(np.asarray(per_sample_ms) * np.asarray(batches)))
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate next split and what the model that chose it predicts (ms per step)."""
+
+    global_batch: int
+    local_batches: tuple[int, ...]
+    predicted_current_ms: float
+    predicted_new_ms: float
+    learning_rate_scale: float
+
+
 def decide(
     current: Plan,
     history: History,
@@ -223,97 +133,121 @@ def decide(
         return RebalanceDecision(
             None, f"strategy {current.strategy.value} keeps its split", "none", measured_s
         )
-    ranks = current.world_size
-    workers = [
-        WorkerSpec(
-            name=str(rank),
-            min_batch=1,
-            max_batch=policy.per_worker_max[rank] if rank < len(policy.per_worker_max) else None,
-        )
-        for rank in range(ranks)
-    ]
+    workers = _worker_specs(current, policy)
     usable = well_spread(at_latest_pace(history))
-    named = {str(rank): samples for rank, samples in usable.items()}
-    global_batch = current.global_batch
     try:
-        split = next_split(global_batch, workers, named)
+        split = next_split(current.global_batch, workers, {str(r): s for r, s in usable.items()})
     except PlanningError as err:
         return RebalanceDecision(None, f"the planner found no split: {err}", "none", measured_s)
     if split.stage is WarmupStage.EVEN:
         return RebalanceDecision(
             None, "waiting for every worker's first measurement", split.stage.value, measured_s
         )
-
-    lr_scale = current.learning_rate_scale
     fitted = split.cluster
-    if split.stage is WarmupStage.OPTPERF and split.cluster is not None:
-        model_error = abs(predict_iteration_time(split.cluster, current.local_batches) / 1e3 - measured_s)
-        if model_error > MAX_MODEL_ERROR * measured_s:
-            # The fitted model does not explain what was just measured: fall back to speeds alone.
-            latest = {str(rank): samples[-1:] for rank, samples in usable.items()}
-            split = next_split(global_batch, workers, latest)
+    split = _trusted(split, current, workers, usable, measured_s)
     model = split.cluster if split.stage is WarmupStage.OPTPERF else None  # the one that sets the split
-    new_batches = split.local_batches
+    proposal = _proposal(current, split, model, usable)
+    if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
+        model = model or speed_model(usable, workers)
+        proposal = _adapt_total(current, proposal, fitted or model, model, policy, measured.noise_scale)
+    return _conclude(current, proposal, split.stage.value, policy, measured_s, apply_at_epoch)
+
+
+def _worker_specs(current: Plan, policy: BatchPolicy) -> list[WorkerSpec]:
+    limits = policy.per_worker_max
+    return [
+        WorkerSpec(name=str(rank), min_batch=1, max_batch=limits[rank] if rank < len(limits) else None)
+        for rank in range(current.world_size)
+    ]
+
+
+def _trusted(
+    split: SplitDecision, current: Plan, workers: list[WorkerSpec], usable: History, measured_s: float
+) -> SplitDecision:
+    """The fitted model's split, unless that model does not explain what was just measured: then the
+    split from per-sample speeds alone."""
+    if split.stage is not WarmupStage.OPTPERF or split.cluster is None:
+        return split
+    model_error = abs(predict_iteration_time(split.cluster, current.local_batches) / 1e3 - measured_s)
+    if model_error <= MAX_MODEL_ERROR * measured_s:
+        return split
+    latest = {str(rank): samples[-1:] for rank, samples in usable.items()}
+    return next_split(current.global_batch, workers, latest)
+
+
+def _proposal(current: Plan, split: SplitDecision, model: ClusterModel | None, usable: History) -> Proposal:
+    new_batches = tuple(split.local_batches)
     if model is not None:
         predicted_current = predict_iteration_time(model, current.local_batches)
         predicted_new = split.predicted_ms or predict_iteration_time(model, new_batches)
     else:
-        per_sample = _per_sample_ms(usable, ranks)
+        per_sample = _per_sample_ms(usable, current.world_size)
         predicted_current = _predict_ms(per_sample, current.local_batches)
         predicted_new = _predict_ms(per_sample, new_batches)
-    if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
-        # Goodput ranks total batches the same under a model that is off by a constant factor, so a
-        # fit too far off to set the split still chooses the total (lines through the origin cannot
-        # see a step's fixed cost); the split at that total comes from the model that set the split.
-        if model is None:
-            model = speed_model(usable, workers)
-        ranking = fitted if fitted is not None else model
-        candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
-        best = choose_global_batch(ranking, candidates, measured.noise_scale, policy.base_global_batch)
-        if best.global_batch != global_batch:
-            # Compare goodput (samples per ms weighted by statistical efficiency), not step time.
-            table_now = choose_global_batch(
-                ranking, [global_batch], measured.noise_scale, policy.base_global_batch
-            )
-            if best.goodput >= table_now.goodput * (1 + policy.min_improvement):
-                chosen = optimal_split(model, best.global_batch)
-                predicted_current = predict_iteration_time(model, current.local_batches)
-                global_batch = best.global_batch
-                new_batches = chosen.local_batches
-                predicted_new = chosen.iteration_time
-                lr_scale = lr_factor(policy.lr_scaling, global_batch, policy.base_global_batch)
+    return Proposal(
+        current.global_batch, new_batches, predicted_current, predicted_new, current.learning_rate_scale
+    )
 
-    changed_batch = global_batch != current.global_batch
-    gain = predicted_current / predicted_new - 1 if predicted_new > 0 else 0.0
-    if tuple(new_batches) == tuple(current.local_batches) and not changed_batch:
-        reason = "the current split is already the best predicted"
-        return RebalanceDecision(
-            None, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
-        )
+
+def _adapt_total(
+    current: Plan,
+    proposal: Proposal,
+    ranking: ClusterModel,
+    model: ClusterModel,
+    policy: BatchPolicy,
+    noise_scale: float,
+) -> Proposal:
+    """A new total batch when goodput says so. Goodput ranks total batches the same under a model
+    that is off by a constant factor, so a fit too far off to set the split still chooses the total
+    (`ranking`; lines through the origin cannot see a step's fixed cost); the split at that total
+    comes from the model that set the split."""
+    candidates = geometric_candidates(policy.minimum, policy.maximum, count=24)
+    best = choose_global_batch(ranking, candidates, noise_scale, policy.base_global_batch)
+    if best.global_batch == current.global_batch:
+        return proposal
+    # Compare goodput (samples per ms weighted by statistical efficiency), not step time.
+    now = choose_global_batch(ranking, [current.global_batch], noise_scale, policy.base_global_batch)
+    if best.goodput < now.goodput * (1 + policy.min_improvement):
+        return proposal
+    chosen = optimal_split(model, best.global_batch)
+    return Proposal(
+        best.global_batch,
+        tuple(chosen.local_batches),
+        predict_iteration_time(model, current.local_batches),
+        chosen.iteration_time,
+        lr_factor(policy.lr_scaling, best.global_batch, policy.base_global_batch),
+    )
+
+
+def _conclude(
+    current: Plan, proposal: Proposal, stage: str, policy: BatchPolicy, measured_s: float, apply_at: int
+) -> RebalanceDecision:
+    """The new plan if it is worth it, else why not."""
+    before, after = proposal.predicted_current_ms, proposal.predicted_new_ms
+    predictions = (measured_s, before / 1e3, after / 1e3)
+    changed_batch = proposal.global_batch != current.global_batch
+    gain = before / after - 1 if after > 0 else 0.0
+    if proposal.local_batches == tuple(current.local_batches) and not changed_batch:
+        return RebalanceDecision(None, "the current split is already the best predicted", stage, *predictions)
     if not changed_batch and gain < policy.min_improvement:
         reason = f"predicted gain {gain:.1%} is below the threshold {policy.min_improvement:.1%}"
-        return RebalanceDecision(
-            None, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
-        )
+        return RebalanceDecision(None, reason, stage, *predictions)
     plan = current.model_copy(
         update={
             "version": current.version + 1,
-            "apply_at_epoch": apply_at_epoch,
-            "global_batch": global_batch,
-            "local_batches": list(new_batches),
-            "learning_rate_scale": lr_scale,
-            "predicted_iteration_seconds": predicted_new / 1e3,
+            "apply_at_epoch": apply_at,
+            "global_batch": proposal.global_batch,
+            "local_batches": list(proposal.local_batches),
+            "learning_rate_scale": proposal.learning_rate_scale,
+            "predicted_iteration_seconds": after / 1e3,
         }
     )
     Plan.model_validate(plan.model_dump())  # the copy skipped validation: check the new split adds up
     if changed_batch:
-        reason = f"total batch {current.global_batch} -> {global_batch} for goodput ({split.stage.value})"
+        reason = f"total batch {current.global_batch} -> {proposal.global_batch} for goodput ({stage})"
     else:
-        step = f"{predicted_current:.0f} ms -> {predicted_new:.0f} ms"
-        reason = f"predicted step {step} ({gain:+.0%}, {split.stage.value})"
-    return RebalanceDecision(
-        plan, reason, split.stage.value, measured_s, predicted_current / 1e3, predicted_new / 1e3
-    )
+        reason = f"predicted step {before:.0f} ms -> {after:.0f} ms ({gain:+.0%}, {stage})"
+    return RebalanceDecision(plan, reason, stage, *predictions)
 
 
 def confirm(

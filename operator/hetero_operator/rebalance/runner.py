@@ -20,7 +20,8 @@ from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import PerfSample
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, confirm, decide, record
+from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, confirm, decide
+from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.job_metrics import MetricsSnapshot
 from hetero_operator.rebalance.job_status import MetricsState, published_status, said_unavailable
 from hetero_operator.rebalance.measurements import (
