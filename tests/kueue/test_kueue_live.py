@@ -120,12 +120,15 @@ def test_preemption_and_deactivation_hand_the_quota_back(
     queue = KueueQueue(kueue_testbed, kueue_namespace, QUOTAS)
     low = queue.submit(queue.job("low", priority=0), {"fast": 3})
     eventually(lambda: phase_is(queue, low, WorkloadPhase.ADMITTED), "low admitted")
+    # The ClusterQueue's status shows usage a moment after an admission (Kueue batches its updates).
+    eventually(lambda: queue.usage()["fast"] == 3, "usage of low")
 
     high = queue.submit(queue.job("high", priority=10), {"fast": 4})
     evicted = eventually(lambda: (r := queue.read(low)).phase is WorkloadPhase.EVICTED and r, "low evicted")
     assert evicted.eviction is not None
     assert (evicted.eviction.reason, evicted.eviction.preemption_reason) == ("Preempted", "InClusterQueue")
-    # Until the evicted job's workers are gone and its admission handed back, it keeps the quota.
+    # Until the evicted job's workers are gone and its admission handed back, it keeps the quota:
+    # the preemptor waits and the usage still counts the evicted job.
     assert queue.read(high).phase is WorkloadPhase.PENDING
     assert queue.usage()["fast"] == 3
 

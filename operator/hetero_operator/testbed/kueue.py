@@ -117,45 +117,49 @@ def start(bed: Testbed, on_step: Callable[[str], None] | None = None) -> None:
     say("installing Kueue's CRDs")
     _install_crds(bed)
     bed.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
+    ports = _allocate_ports(bed)
+    say("starting Kueue")
+    binary = str(build.binary("kueue"))
+    bed.run_component(COMPONENT, _argv(bed, binary, ports), binary=binary)
+    bed.wait_for(lambda: _ready(ports["kueue_health"]), COMPONENT, 90)
+    # Only now: a webhook configuration that points at a Kueue not yet serving would refuse objects.
+    manifests = (manifests_dir() / build.KUEUE_WEBHOOK_DIR / "manifests.yaml").read_text()
+    ca = bed.pki.ca_cert.read_bytes()
+    documents = [m for m in yaml.safe_load_all(manifests) if m]
+    bed.apply_objects(webhook_configurations(documents, ports["kueue_webhook"], ca))
+
+
+def _allocate_ports(bed: Testbed) -> dict[str, int]:
     state = bed.state
-    assert state is not None  # install_crds above needs the bed up
+    if state is None:
+        raise TestbedError(f"the test bed in {bed.root} is not up; run `heterotrain testbed up`")
     for name in ("kueue_webhook", "kueue_health", "kueue_metrics"):
         state.ports[name] = processes.free_port()
     state.save(bed.state_file)
+    return state.ports
+
+
+def _argv(bed: Testbed, binary: str, ports: dict[str, int]) -> list[str]:
+    """Write Kueue's certificate and configuration under `<bed>/kueue` and return its command line."""
     home = bed.root / "kueue"
     shutil.rmtree(home, ignore_errors=True)
     cert_dir, scratch = home / "certs", home / "namespace"
     scratch.mkdir(parents=True)
     certs.issue_serving_cert(bed.pki, cert_dir / "tls.crt", cert_dir / "tls.key", "kueue-webhook")
     config = home / "config.yaml"
-    ports = state.ports
-    config.write_text(
-        yaml.safe_dump(
-            kueue_config(ports["kueue_webhook"], ports["kueue_health"], ports["kueue_metrics"], cert_dir)
-        )
-    )
-    binary = str(build.binary("kueue"))
+    settings = kueue_config(ports["kueue_webhook"], ports["kueue_health"], ports["kueue_metrics"], cert_dir)
+    config.write_text(yaml.safe_dump(settings))
     argv = [binary, f"--config={config}", f"--kubeconfig={bed.kubeconfig}", "--zap-log-level=info"]
-    say("starting Kueue")
-    bed.run_component(COMPONENT, namespaced_argv(argv, scratch, cert_dir, os.geteuid() == 0), binary=binary)
-    bed.wait_for(lambda: _ready(ports["kueue_health"]), COMPONENT, 90)
-    manifests = list(
-        yaml.safe_load_all((manifests_dir() / build.KUEUE_WEBHOOK_DIR / "manifests.yaml").read_text())
-    )
-    bed.apply_objects(
-        webhook_configurations(
-            [m for m in manifests if m], ports["kueue_webhook"], bed.pki.ca_cert.read_bytes()
-        )
-    )
+    return namespaced_argv(argv, scratch, cert_dir, as_root=os.geteuid() == 0)
 
 
 def _install_crds(bed: Testbed) -> None:
-    files = crd_files()
-    if not files:
-        raise TestbedError(f"no Kueue CRDs in {manifests_dir()}; rebuild with `heterotrain testbed build`")
-    for crd in files:
-        bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    bed.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"-f={f}" for f in files))
+    directory = manifests_dir() / build.KUEUE_CRD_DIR
+    if not crd_files():
+        raise TestbedError(f"no Kueue CRDs in {directory}; rebuild with `heterotrain testbed build`")
+    # v1beta2 is the storage version; no conversion webhook runs here, so clients use v1beta2 only.
+    bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
+    bed.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(directory))
 
 
 def _ready(health_port: int) -> bool:
