@@ -6,10 +6,12 @@ import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from hetero_operator.testbed import kueue
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 
@@ -26,25 +28,52 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-@pytest.fixture(scope="session")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A running test bed with the CRDs installed and the example GPU nodes Ready.
-
-    Its directory (logs included) stays under pytest's temporary directory after the run.
-    """
-    bed = Testbed(tmp_path_factory.mktemp("testbed"))
+@contextmanager
+def running_bed(directory: Path, with_kueue: bool = False) -> Iterator[Testbed]:
+    """A test bed with the CRDs installed and the example GPU nodes Ready, stopped on the way out.
+    Its directory (logs included) stays after the run."""
+    bed = Testbed(directory)
     try:
         bed.up(load_node_list(EXAMPLE_NODES))
+        if with_kueue:
+            kueue.start(bed)
         yield bed
     finally:
         bed.down()
 
 
-@pytest.fixture
-def namespace(testbed: Testbed) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    testbed.kubectl("create", "namespace", name)
+@contextmanager
+def fresh_namespace(bed: Testbed, prefix: str) -> Iterator[str]:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    bed.kubectl("create", "namespace", name)
     try:
         yield name
     finally:
-        testbed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A running test bed with the CRDs installed and the example GPU nodes Ready."""
+    with running_bed(tmp_path_factory.mktemp("testbed")) as bed:
+        yield bed
+
+
+@pytest.fixture
+def namespace(testbed: Testbed) -> Iterator[str]:
+    with fresh_namespace(testbed, "t") as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A test bed of its own with Kueue running (its CRDs, its webhooks on loopback). Separate from
+    `testbed`, so a run without Kueue tests never starts Kueue."""
+    with running_bed(tmp_path_factory.mktemp("kueue-testbed"), with_kueue=True) as bed:
+        yield bed
+
+
+@pytest.fixture
+def kueue_namespace(kueue_testbed: Testbed) -> Iterator[str]:
+    with fresh_namespace(kueue_testbed, "k") as name:
+        yield name

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hetero_operator.testbed import build
+from hetero_operator.testbed import build, kueue
 from hetero_operator.testbed.cluster import Testbed, TestbedError
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
@@ -52,6 +52,9 @@ def up(
         Path, typer.Option("--nodes", help="Node list YAML: nodes: [{name, gpuClass, gpus, labels}].")
     ] = DEFAULT_NODES,
     root: RootOption = None,
+    with_kueue: Annotated[
+        bool, typer.Option("--with-kueue", help="Also install Kueue's CRDs and start Kueue.")
+    ] = False,
 ) -> None:
     """Start the test bed (idempotent) and create the GPU nodes. The last line is KUBECONFIG=<path>."""
     node_list = load_node_list(nodes) if nodes.exists() else None
@@ -59,6 +62,8 @@ def up(
     try:
         with console.status("starting the test bed") as status:
             testbed.up(node_list, on_step=lambda msg: status.update(msg))
+            if with_kueue:
+                kueue.start(testbed, on_step=lambda msg: status.update(msg))
     except TestbedError as err:
         console.print(f"[red]test bed failed:[/red] {err}")
         raise typer.Exit(1) from err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,9 @@ from pathlib import Path
 from hetero_operator.testbed import versions
 
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# Where Kueue's module keeps its CRDs and webhook configuration; copied beside its binary.
+KUEUE_CRD_DIR = "config/components/crd/bases"
+KUEUE_WEBHOOK_DIR = "config/components/webhook"
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class GoBuild:
     version: str
     args: tuple[str, ...]
     module_dir: Path | None  # None: `go install pkg@version`, outside any module
+    # Files from a required module's source, copied next to the binaries (Kueue's CRDs and webhook
+    # configuration, which go with its binary): (module path, directories inside it).
+    module_files: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def directory(self) -> Path:
@@ -104,6 +111,20 @@ def go_builds() -> list[GoBuild]:
             module_dir=None,
         ),
         GoBuild(
+            produces=("kueue",),
+            version=versions.KUEUE_VERSION,
+            args=(
+                "build",
+                "-trimpath",
+                "-ldflags",
+                f"-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion={versions.KUEUE_VERSION} "
+                f"-X sigs.k8s.io/kueue/pkg/version.GitCommit={versions.KUEUE_COMMIT}",
+                "sigs.k8s.io/kueue/cmd/kueue",
+            ),
+            module_dir=versions.GO_MODULES / "kueue",
+            module_files=("sigs.k8s.io/kueue", (KUEUE_CRD_DIR, KUEUE_WEBHOOK_DIR)),
+        ),
+        GoBuild(
             produces=("prometheus",),
             version=versions.PROMETHEUS_VERSION,
             args=(
@@ -135,6 +156,25 @@ def _run_build(build: GoBuild, out: Path, log: Path) -> None:
     if result.returncode != 0:
         tail = log.read_text().splitlines()[-25:]
         raise RuntimeError(f"building {', '.join(build.produces)} failed; see {log}\n" + "\n".join(tail))
+    if build.module_files is not None:
+        _copy_module_files(build, env, out)
+
+
+def _copy_module_files(build: GoBuild, env: dict[str, str], out: Path) -> None:
+    """Copy directories of a required module's source (from the module cache) into `out`."""
+    assert build.module_files is not None and build.module_dir is not None
+    module, directories = build.module_files
+    listed = subprocess.run(
+        ["go", "list", "-m", "-json", module], cwd=build.module_dir, env=env, capture_output=True, text=True
+    )
+    if listed.returncode != 0:
+        raise RuntimeError(f"could not locate the source of {module}: {listed.stderr.strip()}")
+    source = Path(json.loads(listed.stdout)["Dir"])
+    for directory in directories:
+        for file in (source / directory).rglob("*"):
+            if file.is_file():  # copyfile: the module cache is read-only, the copy need not be
+                (out / file.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, out / file.relative_to(source))
 
 
 def build_all(on_step: Callable[[str], None] | None = None) -> Path:

@@ -145,3 +145,26 @@ def generate(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+def issue_serving_cert(
+    pki: Pki, cert_path: Path, key_path: Path, common_name: str, server_ips: tuple[str, ...] = ("127.0.0.1",)
+) -> None:
+    """A serving certificate signed by the test bed's CA, for a server the API server calls on
+    loopback (an admission webhook): its address is an IP SAN, as no Service name routes here."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} is not the test bed's EC CA key")
+    ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key_path, key)
+    cert = _sign(
+        _name(common_name),
+        key.public_key(),
+        ca_name,
+        ca_key,
+        server_names=("localhost",),
+        server_ips=server_ips,
+    )
+    _write_cert(cert_path, cert)

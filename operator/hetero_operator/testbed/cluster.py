@@ -198,9 +198,7 @@ class Testbed:
         write_kubeconfig(self.kubeconfig, f"https://127.0.0.1:{state.ports['apiserver']}", pki)
 
         def start(name: str, argv: list[str]) -> None:
-            launched = processes.launch(name, argv, self.logs, COMPONENT_ENV)
-            state.processes[name] = {"pid": launched.pid, "binary": launched.binary, "log": str(launched.log)}
-            state.save(self.state_file)
+            self.run_component(name, argv, state=state)
 
         say("starting etcd")
         start("etcd", self._etcd_argv(state))
@@ -223,6 +221,29 @@ class Testbed:
         )
         start("prometheus", self._prometheus_argv(state, prom_config))
         self._wait(lambda: self._http_ok(f"{self.prometheus_url}/-/ready"), "prometheus", 60)
+
+    def run_component(
+        self, name: str, argv: list[str], binary: str | None = None, state: State | None = None
+    ) -> None:
+        """Start one long-running process and record it, so `status` watches it and `down` stops it.
+
+        `binary`: the program the process ends up running when `argv[0]` only prepares its
+        environment and then execs it (it is what a recycled pid is told apart by)."""
+        state = state or self._require_state()
+        launched = processes.launch(name, argv, self.logs, COMPONENT_ENV)
+        program = binary or launched.binary
+        if program != launched.binary:
+            processes.wait_for_exec(launched.pid, program)
+        state.processes[name] = {"pid": launched.pid, "binary": program, "log": str(launched.log)}
+        state.save(self.state_file)
+
+    def wait_for(self, ready: Callable[[], bool], name: str, timeout: float) -> None:
+        """Wait until `ready()`; raise with the tail of the component's log if it exits or times out."""
+        self._wait(ready, name, timeout)
+
+    @property
+    def pki(self) -> certs.Pki:
+        return self._pki_paths()
 
     def _wait(self, ready: Callable[[], bool], name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -255,7 +276,7 @@ class Testbed:
         for _name, info in reversed(list(state.processes.items())):
             processes.stop(info["pid"], info["binary"])
         self.state_file.unlink(missing_ok=True)
-        for sub in ("etcd", "prometheus"):
+        for sub in ("etcd", "prometheus", "kueue"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
 
     def scrape_operator(self, address: str | None) -> None:

@@ -59,6 +59,14 @@ def launch(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None
     return Launched(name=name, pid=proc.pid, binary=argv[0], log=log)
 
 
+def wait_for_exec(pid: int, binary: str, timeout: float = 10.0) -> None:
+    """Wait until `pid` runs `binary` (a launcher execs it) or has ended; whoever checks on it next
+    reports which."""
+    deadline = time.monotonic() + timeout
+    while not is_running(pid, binary) and _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _state(pid: int) -> str | None:
     """The process's state letter from /proc (R, S, Z, ...); None when there is no such process."""
     try:

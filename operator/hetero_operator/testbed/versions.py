@@ -12,6 +12,10 @@ HELM_VERSION = "v3.21.4"
 # Prometheus 3.9.1 (its Go module tags it v0.309.1), pinned in testbed/prometheus/go.mod. Built from
 # source because the distribution package leaves out Kubernetes service discovery.
 PROMETHEUS_VERSION = "3.9.1"
+# Kueue, pinned in testbed/kueue/go.mod (with Kueue's own go.sum: the module proxy serves this release
+# but not its version list). KUEUE_COMMIT is the release tag's commit, stamped into the binary.
+KUEUE_VERSION = "v0.19.2"
+KUEUE_COMMIT = "8eab68778fc1b52affe165fdf5af29d1e9b4f3cb"
 
 # Bump when the way binaries are built changes, so stale caches are not reused.
 BUILD_RECIPE = 1
