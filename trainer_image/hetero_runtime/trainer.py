@@ -62,6 +62,9 @@ class TrainingResult:
     simulated_overrun_share: float = 0.0
 
 
+ANOTHER_RANKS_REQUEST = "another rank's stop request"
+
+
 class WorkerStopped(SystemExit):
     """Training stopped on request (SIGTERM or the operator's annotation) after its checkpoint: the
     worker process ends with STOPPED_EXIT_CODE."""
@@ -187,7 +190,7 @@ class Trainer:
             epochs=reports,
             plan_history=history,
             final_evaluation=reports[-1].evaluation if reports else {},
-            stopped=ctx.stop.reason if stopped_at is not None else None,
+            stopped=(ctx.stop.reason or ANOTHER_RANKS_REQUEST) if stopped_at is not None else None,
             stopped_at=asdict(stopped_at) if stopped_at is not None else None,
             precision=ctx.amp.precision.value,
             device=str(ctx.device),
@@ -270,7 +273,7 @@ class Trainer:
             self._save_checkpoint(strategy, epochs_done, position, plan, history)
         log.warning(
             "stopping on request (%s) at epoch %d after %d samples of it; checkpoint saved",
-            self.ctx.stop.reason or "another rank's request",
+            self.ctx.stop.reason or ANOTHER_RANKS_REQUEST,
             position.epoch,
             position.consumed,
         )

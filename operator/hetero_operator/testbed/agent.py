@@ -31,6 +31,7 @@ from hetero_operator.testbed import processes
 from hetero_operator.testbed.local_pods import (
     PodNotReadyToStart,
     dns_names,
+    downward_api_files,
     nth_pod_ip,
     process_plan,
     speed_for_node,
@@ -60,6 +61,7 @@ class RunningPod:
     finished: bool = False
     kill_deadline: float | None = None
     config_maps: dict[str, str] = field(default_factory=dict)  # volume dir -> ConfigMap name
+    downward: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume dir -> Downward API volume
 
 
 class Agent:
@@ -238,6 +240,8 @@ class Agent:
             self._start(pod, running, dns, classes, node_labels)
             return
         self._refresh_config_maps(running)
+        if running.downward:
+            self._refresh_downward_api(self.core.api_client.sanitize_for_serialization(pod), running)
         code = running.process.poll()
         if code is not None and not running.finished:
             running.finished = True
@@ -256,6 +260,8 @@ class Agent:
             dirs[name] = path
             if "configMap" in volume:
                 running.config_maps[str(path)] = volume["configMap"]["name"]
+            if "downwardAPI" in volume:
+                running.downward[str(path)] = volume
         return dirs
 
     def _start(
@@ -285,6 +291,7 @@ class Agent:
         for volume in pod_dict["spec"].get("volumes") or []:
             if "secret" in volume and volume["secret"]["secretName"] in secrets:
                 _write_files(volume_dirs[volume["name"]], secrets[volume["secret"]["secretName"]])
+        self._refresh_downward_api(pod_dict, running)
         relative = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
         speed = None if relative is None else relative * self.speed_scale
         env_master = self._master_port_map(pod_dict, dns)
@@ -376,6 +383,13 @@ class Agent:
             except ApiException:
                 continue
             _write_files(Path(volume_dir), data)
+
+    @staticmethod
+    def _refresh_downward_api(pod: dict[str, Any], running: RunningPod) -> None:
+        """Labels and annotations as the pod has them now (the worker watches for the checkpoint
+        annotation there), as a kubelet keeps a Downward API volume current."""
+        for volume_dir, volume in running.downward.items():
+            _write_files(Path(volume_dir), downward_api_files(pod, volume))
 
     def _report_exit(self, pod: Any, code: int, message: str | None, started_at: str = "") -> None:
         stamp = _now()
