@@ -340,9 +340,9 @@ class HeteroTrainJobSpec(WireModel):
     )
     precision: Precision = Field(
         default=Precision.AUTO,
-        description="Arithmetic of the forward and backward passes: auto (each worker picks from its own GPU: "
-        "bf16 where it has bf16, such as A100 or H100; fp16 with loss scaling where it has not, such as V100 or "
-        "T4, with the data strategy, else fp32; fp32 on CPUs), fp32, bf16 or fp16.",
+        description="Arithmetic of the forward and backward passes: auto (each worker picks from its own "
+        "GPU: bf16 where it has bf16, such as A100 or H100; fp16 with loss scaling where it has not, such "
+        "as V100 or T4, with the data strategy, else fp32; fp32 on CPUs), fp32, bf16 or fp16.",
     )
     pod_overrides: dict[str, Any] | None = Field(
         default=None,
