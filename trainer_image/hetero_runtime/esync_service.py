@@ -83,7 +83,9 @@ class StateService:
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
                 try:
-                    rank = admit(self.rfile, self.client_address[0], peers, "esync state service")
+                    rank = admit(
+                        self.request, self.rfile, self.client_address[0], peers, "esync state service"
+                    )
                 except PeerRefused:
                     return
                 for line in self.rfile:

@@ -105,7 +105,7 @@ class ParameterServer:
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
                 try:
-                    admit(self.rfile, self.client_address[0], peers, "hetpipe parameter server")
+                    admit(self.request, self.rfile, self.client_address[0], peers, "hetpipe parameter server")
                 except PeerRefused:
                     return
                 while True:

@@ -79,9 +79,20 @@ def connect(
     return sock
 
 
-def admit(stream: ByteStream, peer_address: str, peers: JobPeers, service: str) -> int:
-    """Read a connection's hello line; its rank if admitted, else PeerRefused (logged)."""
-    line = stream.readline(4096)
+HELLO_SECONDS = 5.0
+
+
+def admit(
+    connection: socket.socket, stream: ByteStream, peer_address: str, peers: JobPeers, service: str
+) -> int:
+    """Read a connection's hello line (within HELLO_SECONDS); its rank if admitted, else PeerRefused
+    (logged). Nothing else is read from a connection before it is admitted."""
+    connection.settimeout(HELLO_SECONDS)
+    try:
+        line = stream.readline(4096)
+    except OSError:
+        line = b""
+    connection.settimeout(None)
     try:
         hello = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
