@@ -22,7 +22,7 @@ def test_each_worker_takes_its_own_gpu_or_the_cpu() -> None:
     assert choose_device("auto", 0, 1) == "cuda:0"  # a pod sees only its own GPU
     assert choose_device("cpu", 0, 8) == "cpu"  # a CPU worker beside GPU workers
     assert choose_device("cuda:3", 0, 4) == "cuda:3"
-    with pytest.raises(DeviceError, match="LOCAL_RANK=2.*1 device"):
+    with pytest.raises(DeviceError, match=r"LOCAL_RANK=2.*1 device"):
         choose_device("auto", 2, 1)
     with pytest.raises(DeviceError, match="no CUDA device"):
         choose_device("cuda", 0, 0)
@@ -63,9 +63,9 @@ def test_auto_precision_follows_the_device(
 
 
 def test_impossible_precisions_are_refused_naming_the_setting() -> None:
-    with pytest.raises(PrecisionError, match="bf16.*no bf16"):
+    with pytest.raises(PrecisionError, match=r"bf16.*no bf16"):
         resolve_precision(Precision.BF16, "cuda", False, Strategy.DATA)
-    with pytest.raises(PrecisionError, match="fp16.*sesgd"):
+    with pytest.raises(PrecisionError, match=r"fp16.*sesgd"):
         resolve_precision(Precision.FP16, "cuda", True, Strategy.SESGD)
 
 

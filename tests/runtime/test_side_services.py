@@ -39,7 +39,7 @@ def server() -> tuple[ParameterServer, int]:
 
 
 def test_the_parameter_server_serves_its_ranks(server: tuple[ParameterServer, int]) -> None:
-    ps, port = server
+    _, port = server
     client = ParameterServerClient("127.0.0.1", port, "127.0.0.1", 0, TOKEN)
     client.initialize({"w": np.zeros(3, dtype=np.float32)})
     clock, stop_after = client.push(0, 0, 0, {"w": np.ones(3, dtype=np.float32)})

@@ -173,10 +173,11 @@ def synchronize(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def preserved_state(model: nn.Module) -> Iterator[None]:
-    """Run something (a calibration) that must leave no trace: parameters, buffers, gradients and the
-    random number generators are as they were afterwards."""
+def preserved_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> Iterator[None]:
+    """Run something (a calibration) that must leave no trace: parameters, buffers, gradients, the
+    optimizer's state and the random number generators are as they were afterwards."""
     saved = copy.deepcopy(model.state_dict())
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
     grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -184,6 +185,8 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.load_state_dict(saved)
+        if optimizer is not None and saved_optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
         for param, grad in zip(model.parameters(), grads, strict=True):
             param.grad = grad
         torch.set_rng_state(cpu_rng)
@@ -191,16 +194,20 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_rng)
 
 
-def calibrate_step(ctx: WorkerContext, samples: int) -> dict[str, float]:
-    """The per-sample cost of one forward and backward pass (batch fetch included), at `samples`."""
+def calibrate_step(ctx: WorkerContext, samples: int, with_optimizer_step: bool = False) -> dict[str, float]:
+    """The per-sample cost of one step's compute segment: batch fetch, forward and backward, and the
+    optimizer's step where the strategy's segment holds it (local-SGD strategies), at `samples`."""
     indices = np.arange(min(max(samples, 1), ctx.sampler.dataset_size))
 
     def step() -> None:
+        ctx.optimizer.zero_grad(set_to_none=True)
         loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(indices), ctx.amp)
         loss.backward()
+        if with_optimizer_step:
+            ctx.optimizer.step()
         synchronize(ctx.device)
 
-    with preserved_state(ctx.model):
+    with preserved_state(ctx.model, ctx.optimizer):
         cost = per_sample_seconds(step, len(indices))
     return {"step": cost}
 

@@ -55,7 +55,7 @@ class _OwnStream:
 
 class ESyncStrategy:
     name = "esync"
-    symmetric = False  # the local batch is the plan's, and ranks' batches may differ
+    symmetric = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -89,7 +89,7 @@ class ESyncStrategy:
         apply_learning_rate_scale(self.ctx, plan.learning_rate_scale)
 
     def calibrate(self, plan: Plan) -> dict[str, float]:
-        return calibrate_step(self.ctx, plan.local_batches[self.ctx.rank])
+        return calibrate_step(self.ctx, plan.global_batch // plan.world_size, with_optimizer_step=True)
 
     def _local_steps(self, stream: _OwnStream, local_batch: int) -> tuple[int, float, float]:
         """Local steps until the state service says READY: (steps, summed loss, compute seconds)."""

@@ -95,7 +95,7 @@ class SESGDStrategy:
         return total
 
     def calibrate(self, plan: Plan) -> dict[str, float]:
-        return calibrate_step(self.ctx, plan.global_batch // plan.world_size)
+        return calibrate_step(self.ctx, plan.global_batch // plan.world_size, with_optimizer_step=True)
 
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx = self.ctx
