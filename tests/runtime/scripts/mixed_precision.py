@@ -55,7 +55,10 @@ def scaled_slice_gradient(net: nn.Module, part: slice) -> torch.Tensor:
 
 
 reference = copy.deepcopy(model)
-brute = sum((b / sum(batches)) * scaled_slice_gradient(reference, s) for b, s in zip(batches, slices, strict=True)) / scale
+weighted = [
+    (b / sum(batches)) * scaled_slice_gradient(reference, s) for b, s in zip(batches, slices, strict=True)
+]
+brute = sum(weighted) / scale
 fp32_model = copy.deepcopy(model)
 functional.cross_entropy(fp32_model(inputs), targets).backward()
 fp32_full = flat([p.grad for p in fp32_model.parameters()]).double()
