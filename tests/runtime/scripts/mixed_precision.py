@@ -1,6 +1,9 @@
 """fp16 with loss scaling on 3 ranks (CPU autocast, gloo): the synchronised, unscaled gradient equals a
 brute-force weighted sum of the same slices' scaled fp16 gradients; an overflow on one rank makes
-every rank skip the step and halve its scale; the next step is taken everywhere."""
+every rank skip the step and halve its scale; the next step is taken everywhere.
+
+BACKEND (gloo, default, or nccl) and DEVICE (cpu, default; `own` for cuda:RANK; `shared` for cuda:0
+on every rank) choose where it runs; the brute-force reference runs on the same device."""
 
 import copy
 import json
@@ -20,8 +23,14 @@ from hetero_runtime.strategies.data import synchronize_gradients
 
 torch.set_num_threads(1)
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+backend = os.environ.get("BACKEND", "gloo")
+device = torch.device(
+    {"cpu": "cpu", "own": f"cuda:{rank}", "shared": "cuda:0"}[os.environ.get("DEVICE", "cpu")]
+)
+if device.type == "cuda":
+    torch.cuda.set_device(device)
 dist.init_process_group(
-    "gloo",
+    backend,
     init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
     rank=rank,
     world_size=world,
@@ -29,12 +38,12 @@ dist.init_process_group(
 )
 batches = [40, 21, 9]
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
+model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5)).to(device)
 generator = torch.Generator().manual_seed(1)
-inputs = torch.randn(sum(batches), 16, generator=generator)
-targets = torch.randint(0, 5, (sum(batches),), generator=generator)
+inputs = torch.randn(sum(batches), 16, generator=generator).to(device)
+targets = torch.randint(0, 5, (sum(batches),), generator=generator).to(device)
 slices = rank_slices(batches, 0)
-amp = MixedPrecision(Precision.FP16, torch.device("cpu"))
+amp = MixedPrecision(Precision.FP16, device)
 scale = amp.loss_scale
 lr = 0.1
 optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -48,10 +57,10 @@ def flat(grads: list[torch.Tensor]) -> torch.Tensor:
 def scaled_slice_gradient(net: nn.Module, part: slice) -> torch.Tensor:
     """One slice's gradient of S x loss under fp16 autocast, in float64."""
     net.zero_grad()
-    with torch.autocast("cpu", dtype=torch.float16):
+    with torch.autocast(device.type, dtype=torch.float16):
         loss = functional.cross_entropy(net(inputs[part]), targets[part])
     (loss.float() * scale).backward()
-    return flat([p.grad for p in net.parameters()]).double()
+    return flat([p.grad for p in net.parameters()]).double().cpu()
 
 
 reference = copy.deepcopy(model)
@@ -61,17 +70,17 @@ weighted = [
 brute = sum(weighted) / scale
 fp32_model = copy.deepcopy(model)
 functional.cross_entropy(fp32_model(inputs), targets).backward()
-fp32_full = flat([p.grad for p in fp32_model.parameters()]).double()
-before = flat([p.detach().clone() for p in params]).double()
+fp32_full = flat([p.grad for p in fp32_model.parameters()]).double().cpu()
+before = flat([p.detach().clone() for p in params]).double().cpu()
 
 # Step 1: every rank's slice, scaled fp16, synchronised and unscaled by the step.
 with amp.autocast():
     loss = functional.cross_entropy(model(inputs[slices[rank]]), targets[slices[rank]])
 amp.backward(loss)
 synchronize_gradients(params, batches[rank], sum(batches), float(loss), rank, world, loss_scale=scale)
-synced = flat([p.grad for p in params]).double() / scale
+synced = flat([p.grad for p in params]).double().cpu() / scale
 taken = amp.step(optimizer)
-after = flat([p.detach().clone() for p in params]).double()
+after = flat([p.detach().clone() for p in params]).double().cpu()
 
 # Step 2: rank 1's inputs overflow fp16; every rank must skip, every scale must halve.
 optimizer.zero_grad()
@@ -83,7 +92,7 @@ amp.backward(loss)
 synchronize_gradients(params, batches[rank], sum(batches), 0.0, rank, world, loss_scale=scale_before)
 skipped_taken = amp.step(optimizer)
 scale_after_overflow = amp.loss_scale
-after_skip = flat([p.detach().clone() for p in params]).double()
+after_skip = flat([p.detach().clone() for p in params]).double().cpu()
 
 # Step 3: clean again, taken everywhere.
 optimizer.zero_grad()
