@@ -228,7 +228,7 @@ class Trainer:
             stats = strategy.run_epoch(position, plan)
             if stats.stopped_at is not None:
                 reports.append(self._report(epoch, plan, stats, {}))
-                self._stop(strategy, epoch, stats.stopped_at, plan, history)
+                self._stop(strategy, epoch, stats.stopped_at, plan, history, stats.steps)
                 return stats.stopped_at
             position = SamplerPosition(epoch + 1, 0)
             report = self._report(epoch, plan, stats, self._evaluate(strategy))
@@ -266,16 +266,19 @@ class Trainer:
         position: SamplerPosition,
         plan: Plan,
         history: list[tuple[int, int]],
+        steps: int = 0,
         saved: bool = False,
     ) -> None:
         """Every rank agreed to stop after the same step: save there, then leave together."""
         if not saved:
             self._save_checkpoint(strategy, epochs_done, position, plan, history)
         log.warning(
-            "stopping on request (%s) at epoch %d after %d samples of it; checkpoint saved",
+            "stopping on request (%s) at epoch %d after %d samples of it (%d steps run here); "
+            "checkpoint saved",
             self.ctx.stop.reason or ANOTHER_RANKS_REQUEST,
             position.epoch,
             position.consumed,
+            steps,
         )
         if self.env.world_size > 1:
             dist.barrier()  # nobody tears the process group down while rank 0 still writes
