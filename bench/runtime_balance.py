@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bench_workers import run_workers, write_artifact
 from runtime_fidelity import achieved_speeds, ideal_speedup, judge, machine, ratio_deviation, ratios
 
 SPEED_RATIOS = (1.0, 0.5, 0.25)
@@ -128,41 +128,24 @@ def follow_progress(path: Path, done: threading.Event) -> None:
 
 
 def supervise(config: dict[str, Any], timeout: float) -> dict[str, Any]:
-    from hetero_runtime.local import free_port
-
-    port = free_port()
-    processes = []
     done = threading.Event()
     follower = threading.Thread(target=follow_progress, args=(Path(config["progress"]), done), daemon=True)
     follower.start()
-    worker = Path(__file__).with_name("runtime_balance_worker.py")
+    envs = [
+        {
+            "HETEROTRAIN_SIMULATED_SPEED": repr(ratio * config["base_speed"]),
+            "OMP_NUM_THREADS": "1",
+            "BENCH_CONFIG": json.dumps(config),
+        }
+        for ratio in SPEED_RATIOS
+    ]
     try:
-        for rank, ratio in enumerate(SPEED_RATIOS):
-            env = dict(os.environ)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(len(SPEED_RATIOS)),
-                MASTER_PORT=str(port),
-                HETEROTRAIN_SIMULATED_SPEED=repr(ratio * config["base_speed"]),
-                OMP_NUM_THREADS="1",
-                BENCH_CONFIG=json.dumps(config),
-            )
-            processes.append(subprocess.Popen([sys.executable, str(worker)], env=env))
-        deadline = time.monotonic() + timeout
-        for p in processes:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        return run_workers(
+            Path(__file__).with_name("runtime_balance_worker.py"), envs, Path(config["out"]), timeout
+        )
     finally:
         done.set()
         follower.join()
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    codes = [p.returncode for p in processes]
-    if any(codes):
-        raise SystemExit(f"benchmark worker failed: exit codes {codes}")
-    result: dict[str, Any] = json.loads(Path(config["out"]).read_text())
-    return result
 
 
 def run_config(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -240,12 +223,9 @@ def main() -> None:
     }
     suffix = "-quick" if args.quick else ""
     out = args.out or RESULTS / f"runtime_balance-{result['mode'].replace(' ', '-')}{suffix}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("mode", "speedup_vs_even", "ideal_speedup", "efficiency")}))
+    write_artifact(result, out, ("mode", "speedup_vs_even", "ideal_speedup", "efficiency"))
     for problem in result["problems"]:
         print(f"INVALID RUN: {problem}", file=sys.stderr)
-    print(f"artifact: {out}", file=sys.stderr)
     if args.render:
         from runtime_report import write_section
 

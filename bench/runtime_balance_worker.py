@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -27,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional
 
+from bench_workers import gather, worker_entry
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
@@ -176,9 +176,7 @@ class Worker:
                 out.write(json.dumps(line) + "\n")
 
     def gather(self, value: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, value)
-        return out
+        return gather(value, self.world)
 
 
 def phase_report(
@@ -298,9 +296,4 @@ def worker_main(config: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    worker_main(json.loads(os.environ["BENCH_CONFIG"]))
-    # Every rank has passed the last barrier and left the process group; torch's C++ teardown at
-    # interpreter exit has aborted a rank now and then after the work was done, so leave without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    worker_entry(worker_main)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench_workers import run_workers, write_artifact
 from runtime_fidelity import achieved_speeds, ideal_speedup, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -132,36 +132,14 @@ def summarize(raw: dict[str, Any], plans: list[WorkerPlan], gpu_machine: bool) -
 
 
 def supervise(config: dict[str, Any], timeout: float) -> dict[str, Any]:
-    from hetero_runtime.local import free_port
-
-    port, processes = free_port(), []
-    worker = Path(__file__).with_name("runtime_real_hetero_worker.py")
-    try:
-        for rank in range(len(config["workers"])):
-            env = dict(os.environ)
-            threads = str(config["workers"][rank]["threads"])
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(len(config["workers"])),
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS=threads,
-                MKL_NUM_THREADS=threads,
-                BENCH_CONFIG=json.dumps(config),
-            )
-            processes.append(subprocess.Popen([sys.executable, str(worker)], env=env))
-        deadline = time.monotonic() + timeout
-        for p in processes:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    codes = [p.returncode for p in processes]
-    if any(codes):
-        raise SystemExit(f"benchmark worker failed: exit codes {codes}")
-    result: dict[str, Any] = json.loads(Path(config["out"]).read_text())
-    return result
+    envs = []
+    for plan in config["workers"]:
+        threads = str(plan["threads"])
+        envs.append(
+            {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "BENCH_CONFIG": json.dumps(config)}
+        )
+    script = Path(__file__).with_name("runtime_real_hetero_worker.py")
+    return run_workers(script, envs, Path(config["out"]), timeout)
 
 
 def main() -> None:
@@ -209,12 +187,9 @@ def main() -> None:
     }
     kind = "gpu" if gpus else f"cpu{len(os.sched_getaffinity(0))}"
     out = args.out or RESULTS / f"runtime_real_hetero-{kind}{'-quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("speedup_vs_even", "ideal_speedup", "efficiency", "verdict")}))
+    write_artifact(result, out, ("speedup_vs_even", "ideal_speedup", "efficiency", "verdict"))
     for note in result["notes"]:
         print(f"note: {note}", file=sys.stderr)
-    print(f"artifact: {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

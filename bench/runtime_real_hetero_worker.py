@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional
 
+from bench_workers import gather, worker_entry
 from hetero_runtime.device import to_device
 from hetero_runtime.strategies.data import synchronize_gradients
 from runtime_balance_worker import conv_net, phase_report
@@ -111,9 +111,7 @@ class RealWorker:
         }
 
     def gather(self, value: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, value)
-        return out
+        return gather(value, self.world)
 
 
 def worker_main(config: dict[str, Any]) -> None:
@@ -135,7 +133,4 @@ def worker_main(config: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    worker_main(json.loads(os.environ["BENCH_CONFIG"]))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    worker_entry(worker_main)

@@ -65,6 +65,16 @@ class TrainingResult:
 ANOTHER_RANKS_REQUEST = "another rank's stop request"
 
 
+@dataclass(frozen=True)
+class Reached:
+    """Where training stands, as a checkpoint records it."""
+
+    epochs_done: int
+    position: SamplerPosition
+    plan: Plan
+    history: list[tuple[int, int]]
+
+
 class WorkerStopped(SystemExit):
     """Training stopped on request (SIGTERM or the operator's annotation) after its checkpoint: the
     worker process ends with STOPPED_EXIT_CODE."""
@@ -228,56 +238,40 @@ class Trainer:
             stats = strategy.run_epoch(position, plan)
             if stats.stopped_at is not None:
                 reports.append(self._report(epoch, plan, stats, {}))
-                self._stop(strategy, epoch, stats.stopped_at, plan, history, stats.steps)
+                self._stop(strategy, Reached(epoch, stats.stopped_at, plan, history), stats.steps)
                 return stats.stopped_at
             position = SamplerPosition(epoch + 1, 0)
             report = self._report(epoch, plan, stats, self._evaluate(strategy))
             reports.append(report)
             done = epoch + 1
             stop = done < self.epochs and agree(ctx.stop.requested(), env.world_size, ctx.device)
+            reached = Reached(done, position, plan, history)
             if stop or done % env.checkpoint_every_epochs == 0 or done == self.epochs:
-                self._save_checkpoint(strategy, done, position, plan, history)
+                self._save_checkpoint(strategy, reached)
             if env.rank == 0:
                 emit_progress({**asdict(report), "epoch": done, "epochs": self.epochs})
             if stop:
-                self._stop(strategy, done, position, plan, history, saved=True)
+                self._stop(strategy, reached, saved=True)
                 return position
         return None
 
     def _report(self, epoch: int, plan: Plan, stats: EpochStats, evaluation: dict[str, float]) -> EpochReport:
-        return EpochReport(
-            epoch=epoch,
-            plan_version=plan.version,
-            local_batch=plan.local_batches[self.env.rank],
-            loss=stats.loss,
-            samples=stats.samples,
-            steps=stats.steps,
-            compute_seconds=stats.compute_seconds,
-            comm_seconds=stats.comm_seconds,
-            wall_seconds=stats.wall_seconds,
-            evaluation=evaluation,
-            extra=stats.extra,
-        )
+        measured = {key: value for key, value in asdict(stats).items() if key != "stopped_at"}
+        local_batch = plan.local_batches[self.env.rank]
+        return EpochReport(epoch, plan.version, local_batch, evaluation=evaluation, **measured)
 
     def _stop(
-        self,
-        strategy: TrainingStrategy,
-        epochs_done: int,
-        position: SamplerPosition,
-        plan: Plan,
-        history: list[tuple[int, int]],
-        steps: int = 0,
-        saved: bool = False,
+        self, strategy: TrainingStrategy, reached: Reached, steps: int = 0, saved: bool = False
     ) -> None:
         """Every rank agreed to stop after the same step: save there, then leave together."""
         if not saved:
-            self._save_checkpoint(strategy, epochs_done, position, plan, history)
+            self._save_checkpoint(strategy, reached)
         log.warning(
             "stopping on request (%s) at epoch %d after %d samples of it (%d steps run here); "
             "checkpoint saved",
             self.ctx.stop.reason or ANOTHER_RANKS_REQUEST,
-            position.epoch,
-            position.consumed,
+            reached.position.epoch,
+            reached.position.consumed,
             steps,
         )
         if self.env.world_size > 1:
@@ -329,28 +323,23 @@ class Trainer:
         self.ctx.optimizer.load_state_dict(state["optimizer"])
         return state
 
-    def _save_checkpoint(
-        self,
-        strategy: TrainingStrategy,
-        epochs_done: int,
-        position: SamplerPosition,
-        plan: Plan,
-        history: list[tuple[int, int]],
-    ) -> None:
+    def _save_checkpoint(self, strategy: TrainingStrategy, reached: Reached) -> None:
         if self.env.checkpoint_dir is None or self.env.rank != 0:
             return
         started = time.perf_counter()
         model = strategy.evaluation_model()
         assert model is not None, "rank 0 holds the full model at an epoch boundary and after a stop"
         state = {
-            "epochs_done": epochs_done,
-            "position": asdict(position),
+            "epochs_done": reached.epochs_done,
+            "position": asdict(reached.position),
             "model": model.state_dict(),
             "optimizer": self.ctx.optimizer.state_dict(),
             "strategy": strategy.state_dict(),
-            "plan": plan.to_json(),
-            "plan_history": history,
+            "plan": reached.plan.to_json(),
+            "plan_history": reached.history,
         }
-        path = checkpoint.checkpoint_path(self.env.checkpoint_dir, epochs_done, position.consumed)
+        path = checkpoint.checkpoint_path(
+            self.env.checkpoint_dir, reached.epochs_done, reached.position.consumed
+        )
         checkpoint.save_atomic(state, path)
         log.info("checkpoint %s written in %.3fs", path.name, time.perf_counter() - started)

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import time
@@ -43,6 +44,7 @@ POLL_SECONDS = 0.3
 LEASE_SECONDS = 40
 STATUS_HEARTBEAT_SECONDS = 30
 MAX_GRACE_SECONDS = 30.0
+POD_IP_START_SPREAD = 20_000
 
 
 def _now() -> str:
@@ -73,7 +75,9 @@ class Agent:
         self.root = root
         self.speed_scale = speed_scale
         self.pods: dict[str, RunningPod] = {}
-        self.ip_index = 0
+        # Test beds of several users can share one machine: each agent starts at a random place of
+        # the local pod range, so two beds rarely hand out the same address (and ports on it).
+        self.ip_index = random.randrange(POD_IP_START_SPREAD)
         self.used_ips: set[str] = set()
         self.ports: dict[tuple[str, str], str] = {}
         self.last_status_beat: dict[str, float] = {}

@@ -4,25 +4,18 @@
 import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
+from rank_group import join
 
 from hetero_operator.plan import Plan
 from hetero_runtime.calibration import calibrate_solo
 from hetero_runtime.simulate import per_sample_seconds
 
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group(
-    "gloo",
-    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-    rank=rank,
-    world_size=world,
-    timeout=timedelta(seconds=60),
-)
+rank, world, _ = join("gloo")
 record: dict = {"rank": rank}
 
 

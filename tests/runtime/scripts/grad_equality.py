@@ -6,31 +6,19 @@ on every rank) choose where it runs; the reference is always computed in float64
 import copy
 import json
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from rank_group import join
 from torch import nn
 from torch.nn import functional
 
 from hetero_runtime.sampler import rank_slices
 from hetero_runtime.strategies.data import synchronize_gradients
 
-torch.set_num_threads(1)
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-backend = os.environ.get("BACKEND", "gloo")
-placement = os.environ.get("DEVICE", "cpu")
-device = torch.device({"cpu": "cpu", "own": f"cuda:{rank}", "shared": "cuda:0"}[placement])
-if device.type == "cuda":
-    torch.cuda.set_device(device)
-dist.init_process_group(
-    backend,
-    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-    rank=rank,
-    world_size=world,
-    timeout=timedelta(seconds=60),
-)
+rank, world, device = join()
+backend = dist.get_backend()
 local_batches = [int(x) for x in os.environ["LOCAL_BATCHES"].split(",")]
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
@@ -90,13 +78,7 @@ from hetero_runtime.simulate import SpeedSimulator  # noqa: E402
 from hetero_runtime.strategies.hetpipe import PipelineStage  # noqa: E402
 from hetero_runtime.strategies.hetpipe_layout import place_of  # noqa: E402
 
-dist.init_process_group(
-    backend,
-    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-    rank=rank,
-    world_size=world,
-    timeout=timedelta(seconds=60),
-)
+join()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
 reference = copy.deepcopy(model)

@@ -8,11 +8,11 @@ on every rank) choose where it runs; the brute-force reference runs on the same 
 import copy
 import json
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from rank_group import join
 from torch import nn
 from torch.nn import functional
 
@@ -21,21 +21,7 @@ from hetero_runtime.precision import MixedPrecision
 from hetero_runtime.sampler import rank_slices
 from hetero_runtime.strategies.data import synchronize_gradients
 
-torch.set_num_threads(1)
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-backend = os.environ.get("BACKEND", "gloo")
-device = torch.device(
-    {"cpu": "cpu", "own": f"cuda:{rank}", "shared": "cuda:0"}[os.environ.get("DEVICE", "cpu")]
-)
-if device.type == "cuda":
-    torch.cuda.set_device(device)
-dist.init_process_group(
-    backend,
-    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-    rank=rank,
-    world_size=world,
-    timeout=timedelta(seconds=60),
-)
+rank, world, device = join()
 batches = [40, 21, 9]
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5)).to(device)

@@ -1,0 +1,69 @@
+"""What the runtime benchmarks share: worker processes on loopback, their rendezvous, and artifacts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+
+def run_workers(script: Path, envs: list[dict[str, str]], out: Path, timeout: float) -> dict[str, Any]:
+    """Start one `script` process per environment (rank order), wait for all, read rank 0's `out`."""
+    from hetero_runtime.local import free_port
+
+    port = str(free_port())
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank, extra in enumerate(envs):
+            env = {
+                **os.environ,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(len(envs)),
+                "MASTER_PORT": port,
+                **extra,
+            }
+            processes.append(subprocess.Popen([sys.executable, str(script)], env=env))
+        deadline = time.monotonic() + timeout
+        for p in processes:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in processes]
+    if any(codes):
+        raise SystemExit(f"benchmark worker failed: exit codes {codes}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def gather(value: Any, world: int) -> list[Any]:
+    """Every rank's `value`, in rank order (all ranks call it)."""
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, value)
+    return out
+
+
+def worker_entry(main: Callable[[dict[str, Any]], None]) -> None:
+    """A worker script's __main__: run with the benchmark's configuration, then leave at once. Every
+    rank has passed the last barrier and left the process group by then; torch's C++ teardown at
+    interpreter exit has aborted a rank now and then after the work was done."""
+    main(json.loads(os.environ["BENCH_CONFIG"]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def write_artifact(result: dict[str, Any], out: Path, headline: tuple[str, ...]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({key: result[key] for key in headline}))
+    print(f"artifact: {out}", file=sys.stderr)
