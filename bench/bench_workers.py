@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -43,6 +45,40 @@ def run_workers(script: Path, envs: list[dict[str, str]], out: Path, timeout: fl
         raise SystemExit(f"benchmark worker failed: exit codes {codes}")
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def join_gloo(rank: int, world: int, timeout_seconds: float) -> None:
+    """Join the benchmark's process group on loopback (gloo: it reaches CPU and GPU workers alike)."""
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_seconds),
+    )
+
+
+def seeded_model(model: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module:
+    """The same initial model on every rank (rank 0's), on `device`."""
+    torch.manual_seed(0)
+    built = model().to(device)
+    for p in built.parameters():
+        dist.broadcast(p.data, 0)
+    return built
+
+
+def step_means(
+    computes: list[float], syncs: list[float], comms: list[float], steps: list[float], wall: float
+) -> dict[str, Any]:
+    """A phase's per-step means on one rank (seconds), its wall time and every step's compute."""
+    return {
+        "compute": sum(computes) / len(computes),
+        "sync_start": sum(syncs) / len(syncs),
+        "comm": sum(comms) / len(comms),
+        "step": sum(steps) / len(steps),
+        "wall": wall,
+        "computes": computes,
+    }
 
 
 def gather(value: Any, world: int) -> list[Any]:

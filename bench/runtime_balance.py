@@ -161,7 +161,9 @@ def run_config(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "calibration_repeats": 5,
         "min_improvement": args.min_improvement,
         "base_speed": args.base_speed,
-        "worker_cores": core_of_each_worker(
+        "worker_cores": None
+        if args.unpinned
+        else core_of_each_worker(
             [r * args.base_speed for r in SPEED_RATIOS], sorted(os.sched_getaffinity(0))
         ),
         "out": str(tmp / "result.json"),
@@ -176,6 +178,9 @@ def parse_args() -> argparse.Namespace:
         "--out", type=Path, help="artifact path (default bench/results/runtime_balance-MODE.json)"
     )
     parser.add_argument("--render", action="store_true", help="then rebuild BENCHMARKS.md's Runtime section")
+    parser.add_argument(
+        "--unpinned", action="store_true", help="let the OS place the workers (default: one core each load)"
+    )
     parser.add_argument(
         "--base-speed",
         type=float,

@@ -16,7 +16,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional
 
-from bench_workers import gather, worker_entry
+from bench_workers import gather, join_gloo, seeded_model, step_means, worker_entry
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide, record
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
@@ -55,21 +54,13 @@ class Worker:
         self.config = config
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         # A worker the scheduler moves between cores comes back to cold caches: each keeps its core.
-        os.sched_setaffinity(0, {config["worker_cores"][self.rank]})
+        if config["worker_cores"] is not None:
+            os.sched_setaffinity(0, {config["worker_cores"][self.rank]})
         torch.set_num_threads(1)
         torch.set_num_interop_threads(1)
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-            rank=self.rank,
-            world_size=self.world,
-            timeout=timedelta(seconds=300),
-        )
+        join_gloo(self.rank, self.world, 300)
         self.simulator = SpeedSimulator(float(os.environ["HETEROTRAIN_SIMULATED_SPEED"]))
-        torch.manual_seed(0)
-        self.model = conv_net(32)
-        for p in self.model.parameters():
-            dist.broadcast(p.data, 0)
+        self.model = seeded_model(lambda: conv_net(32), torch.device("cpu"))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.params = list(self.model.parameters())
         self.global_batch, self.chunk = config["global_batch"], config["micro_batch"]
@@ -159,14 +150,9 @@ class Worker:
             self.report_progress(name, split, planned)
         target = self.simulator.target_seconds - target
         return {
-            "compute": float(np.mean(computes)),
-            "sync_start": float(np.mean(syncs)),
-            "comm": float(np.mean(comms)),
-            "step": float(np.mean(step_times)),
-            "wall": time.perf_counter() - started,
+            **step_means(computes, syncs, comms, step_times, time.perf_counter() - started),
             "cpu_per_sample": float(np.sum(cpus)) / max(b * steps, 1),
             "overrun_share": (self.simulator.overrun_seconds - overrun) / target if target > 0 else 0.0,
-            "computes": computes,
         }
 
     def report_progress(self, phase: str, split: list[int], planned: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional
 
-from bench_workers import gather, worker_entry
+from bench_workers import gather, join_gloo, seeded_model, step_means, worker_entry
 from hetero_runtime.device import to_device
 from hetero_runtime.strategies.data import synchronize_gradients
 from runtime_balance_worker import conv_net, phase_report
@@ -33,17 +32,8 @@ class RealWorker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         # gloo for every rank: NCCL cannot reach the CPU workers; gloo stages a GPU's buffers itself.
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-            rank=self.rank,
-            world_size=self.world,
-            timeout=timedelta(seconds=600),
-        )
-        torch.manual_seed(0)
-        self.model = conv_net(config["channels"]).to(self.device)
-        for p in self.model.parameters():
-            dist.broadcast(p.data, 0)
+        join_gloo(self.rank, self.world, 600)
+        self.model = seeded_model(lambda: conv_net(config["channels"]), self.device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.params = list(self.model.parameters())
         self.global_batch = config["global_batch"]
@@ -99,15 +89,11 @@ class RealWorker:
             syncs.append(sync - step_start)
             comms.append(comm)
             step_times.append(time.perf_counter() - step_start)
+        wall = time.perf_counter() - started
         return {
-            "compute": float(np.mean(computes)),
-            "sync_start": float(np.mean(syncs)),
-            "comm": float(np.mean(comms)),
-            "step": float(np.mean(step_times)),
-            "wall": time.perf_counter() - started,
+            **step_means(computes, syncs, comms, step_times, wall),
             "cpu_per_sample": 0.0,
             "overrun_share": 0.0,
-            "computes": computes,
         }
 
     def gather(self, value: Any) -> list[Any]:

@@ -87,7 +87,8 @@ def simulated_notes(run: dict[str, Any]) -> list[str]:
         f"time beyond the simulated compute (overrun, per worker, even / data / even again) {overrun}; "
         f"host drift between the two even phases {run['host_drift']:+.1%}; host load (1 min) "
         f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after; {len(run['rounds'])} rebalancing "
-        f"rounds ({run['settled']}); workers on cores {run['config']['worker_cores']}."
+        f"rounds ({run['settled']}); "
+        + (f"workers on cores {cores}." if (cores := run["config"]["worker_cores"]) else "workers unpinned.")
     ]
     lines += [f"  - {problem}" for problem in run["problems"]]
     return lines
