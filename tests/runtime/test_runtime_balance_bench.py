@@ -119,4 +119,4 @@ def test_benchmarks_md_runtime_section_is_the_committed_artifacts_rendered() -> 
     text = BENCHMARKS_MD.read_text()
     start = text.index(report.HEADING + "\n")
     end = text.find("\n## ", start + len(report.HEADING))
-    assert text[start : end + 1 if end != -1 else len(text)] == expected
+    assert text[start : end if end != -1 else len(text)] == expected
