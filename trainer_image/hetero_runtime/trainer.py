@@ -130,7 +130,6 @@ class Trainer:
             simulator=simulator,
             sampler=UnevenBatchSampler(len(ctx_parts["dataset"]), env.rank, env.seed),
             placement=placement,
-            amp=mixed_precision(env.precision, placement.device, strategy),
             stop=StopRequests(env.annotations_file),
             **ctx_parts,
         )
@@ -178,6 +177,8 @@ class Trainer:
             if tracker is not None:
                 tracker.current = plan
         plan = self._plan_for_epoch(tracker, plan, start_epoch)
+        # Precision depends on the strategy the plan runs (loss scaling only where steps synchronise).
+        ctx.amp = mixed_precision(env.precision, ctx.device, plan.strategy)
         strategy = build_strategy(plan.strategy, ctx, self.strategy_options)
         if ctx.simulator.active:
             ctx.costs = calibrate_solo(strategy, plan, ctx)
