@@ -6,7 +6,9 @@
     job.fit()
 
 Rank, world size, rendezvous, plan location, metrics port, checkpoints and simulated speed come from
-the environment that the operator's pods (or `heterotrain run-local`) set.
+the environment that the operator's pods (or `heterotrain run-local`) set. The runtime moves the model
+to the worker's device (its GPU when it has one) before training: `evaluate` receives it there and
+must bring its own data to `next(model.parameters()).device`.
 """
 
 from __future__ import annotations
