@@ -79,7 +79,7 @@ def preempt_mid_epoch(bed: Testbed, cluster: Cluster, namespace: str) -> dict[st
     cluster.until(lambda s: s.phase("low") == "Running", 120, "low to run")
     rank0 = wait_for(lambda: worker_run(bed, namespace, "low", 0, 0), 30, "low's rank 0")
     wait_for(rank0.progress, 180, "low's first epoch to end")
-    time.sleep(2.0)  # some steps into the second epoch
+    time.sleep(4.0)  # a few steps (about 1.3 s each) into the second epoch of about 12 s
     urgent = digits_job("urgent", namespace, epochs=1)
     urgent["spec"]["priority"] = 10
     cluster.apply(urgent)

@@ -6,80 +6,100 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from tests.runtime.spawn import run_ranks
 
+from hetero_runtime import simulate
 from hetero_runtime.simulate import SpeedSimulator, per_sample_seconds
 
 
-def burn_cpu(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
+class VirtualClock:
+    """The simulator's clock and sleep, run by the test: a segment's compute advances it by hand, a
+    sleep by exactly what was asked. The arithmetic is then checked to the nanosecond, whatever the
+    load of the host."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
 
 
-def test_a_segment_lasts_its_work_at_the_simulated_speed() -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    virtual = VirtualClock()
+    monkeypatch.setattr(simulate.time, "perf_counter", virtual.perf_counter)
+    monkeypatch.setattr(simulate.time, "sleep", virtual.sleep)
+    return virtual
+
+
+def test_a_segment_lasts_its_work_at_the_simulated_speed(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.25)
     watch = simulator.begin()
-    burn_cpu(0.005)
+    clock.now += 0.005  # the compute took 5 ms
     duration = simulator.finish(watch, 0.02)  # 20 ms of base-device work at a quarter of the speed
-    assert duration == pytest.approx(0.08, abs=0.01)
-    assert simulator.overrun_seconds == 0.0
+    assert duration == pytest.approx(0.08)
+    assert simulator.overrun_seconds == 0.0 and simulator.target_seconds == pytest.approx(0.08)
 
 
-def test_extra_cpu_time_is_not_multiplied_by_the_slowdown() -> None:
-    """The old rule (stretch CPU time ÷ speed) made 30 ms of CPU last 120 ms at speed 0.25 whatever the
-    work: any cold cache or busy host was multiplied by 4. The work, not the CPU time, sets the target."""
+def test_extra_cpu_time_is_not_multiplied_by_the_slowdown(clock: VirtualClock) -> None:
+    """The old rule (stretch CPU time ÷ speed) made 30 ms of compute last 120 ms at speed 0.25 whatever
+    the work: any cold cache or busy host was multiplied by 4. The work, not the time taken, sets it."""
     simulator = SpeedSimulator(0.25)
     watch = simulator.begin()
-    burn_cpu(0.03)
-    assert simulator.finish(watch, 0.02) == pytest.approx(0.08, abs=0.01)
+    clock.now += 0.03
+    assert simulator.finish(watch, 0.02) == pytest.approx(0.08)
 
 
-def test_a_segment_slower_than_its_target_counts_as_overrun() -> None:
+def test_a_segment_slower_than_its_target_counts_as_overrun(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.5)
     watch = simulator.begin()
-    time.sleep(0.06)  # the host held the worker up beyond the 40 ms target
-    duration = simulator.finish(watch, 0.02)
-    assert duration == pytest.approx(0.06, abs=0.01)
-    assert simulator.overrun_seconds == pytest.approx(0.02, abs=0.01)
-    assert simulator.overrun_share == pytest.approx(0.5, abs=0.25)
+    clock.now += 0.06  # the host held the worker up beyond the 40 ms target
+    assert simulator.finish(watch, 0.02) == pytest.approx(0.06)
+    assert simulator.overrun_seconds == pytest.approx(0.02)
+    assert simulator.overrun_share == pytest.approx(0.5)
 
 
-def test_pace_spreads_the_work_over_the_segment() -> None:
+def test_pace_spreads_the_work_over_the_segment(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.25)
     watch = simulator.begin()
     marks = []
     for part in range(1, 4):
-        simulator.pace(watch, 0.01 * part)  # after each micro-batch of 10 ms base-device work
-        marks.append(time.perf_counter() - watch.wall)
-    duration = simulator.finish(watch, 0.03)
-    for part, mark in enumerate(marks, start=1):
-        assert mark == pytest.approx(0.04 * part, abs=0.012)
-    assert duration == pytest.approx(0.12, abs=0.012)
-    assert simulator.overrun_seconds < 0.002  # only the sleep's timer slack
+        clock.now += 0.002  # a micro-batch of 10 ms base-device work, computed in 2 ms
+        simulator.pace(watch, 0.01 * part)
+        marks.append(clock.now - watch.wall)
+    assert marks == pytest.approx([0.04, 0.08, 0.12])
+    assert simulator.finish(watch, 0.03) == pytest.approx(0.12)
+    assert simulator.overrun_seconds == pytest.approx(0.0, abs=1e-12)  # float rounding only
 
 
-def test_full_speed_is_also_paced_and_no_speed_is_not() -> None:
+def test_full_speed_is_also_paced_and_no_speed_is_not(clock: VirtualClock) -> None:
     paced = SpeedSimulator(1.0)
     watch = paced.begin()
-    assert paced.finish(watch, 0.03) == pytest.approx(0.03, abs=0.01)
+    clock.now += 0.01
+    assert paced.finish(watch, 0.03) == pytest.approx(0.03)
     real = SpeedSimulator(None)
     watch = real.begin()
-    assert real.finish(watch, 0.5) < 0.01  # a real device is never slowed down
+    clock.now += 0.01
+    assert real.finish(watch, 0.5) == pytest.approx(0.01)  # a real device is never slowed down
+    assert real.overrun_seconds == 0.0
 
 
-def test_per_sample_cost_is_the_median_run_over_its_samples() -> None:
+def test_per_sample_cost_is_the_median_run_over_its_samples(clock: VirtualClock) -> None:
     durations = iter([0.5, 0.010, 0.030, 0.012, 0.011, 0.500])  # a warm-up, then one slow outlier
 
     def run() -> None:
-        time.sleep(next(durations))
+        clock.now += next(durations)
 
-    cost = per_sample_seconds(run, samples=4, repeats=5)
-    assert cost == pytest.approx(0.012 / 4, rel=0.3)
+    assert per_sample_seconds(run, samples=4, repeats=5) == pytest.approx(0.012 / 4)
+    with pytest.raises(ValueError, match="at least one sample"):
+        per_sample_seconds(run, samples=0)
 
 
 def test_ranks_calibrate_one_at_a_time_and_share_the_slowest_figure(tmp_path: Path) -> None:
@@ -91,7 +111,7 @@ def test_ranks_calibrate_one_at_a_time_and_share_the_slowest_figure(tmp_path: Pa
     for result in results:
         # Rank r's work takes (r + 1) x 4 ms per sample; everyone simulates the slowest base device.
         assert result["common"]["step"] == pytest.approx(max(measured), rel=1e-9)
-    assert max(measured) == pytest.approx(0.012, rel=0.5)
+    assert max(measured) >= 0.012 * 0.999  # rank 2's 12 ms per sample (a sleep never ends early)
 
 
 def test_worker_start_does_not_import_scipy() -> None:
