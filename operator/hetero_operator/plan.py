@@ -218,6 +218,25 @@ SIMULATED_SPEED_ENV = "HETEROTRAIN_SIMULATED_SPEED"
 EPOCHS_ENV = "HETEROTRAIN_EPOCHS"
 SEED_ENV = "HETEROTRAIN_SEED"
 RESULT_FILE_ENV = "HETEROTRAIN_RESULT_FILE"
+LOCAL_RANK_ENV = "LOCAL_RANK"
+"""Index of the worker's GPU among those visible to it (0 in a pod, which sees only its own GPUs)."""
+PRECISION_ENV = "HETEROTRAIN_PRECISION"
+"""The job's spec.precision (a `Precision` value); each worker resolves `auto` from its own device."""
+POD_ANNOTATIONS_FILE_ENV = "HETEROTRAIN_POD_ANNOTATIONS_FILE"
+"""Path of the pod's annotations as the Downward API projects them (one `key="value"` per line)."""
+CHECKPOINT_REQUESTED_ANNOTATION = "heterotrain.io/checkpoint-requested"
+"""Set on worker pods (an ISO-8601 time) when they should save a checkpoint and stop: the operator is
+about to delete them (preemption, shrink, suspend)."""
+
+
+class Precision(StrEnum):
+    """Arithmetic of the workers' forward and backward passes."""
+
+    AUTO = "auto"  # bf16 where the GPU supports it, fp16 with loss scaling elsewhere, fp32 on CPUs
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
 
 PROGRESS_PREFIX = "HETEROTRAIN_PROGRESS "
 """Rank 0 prints one line per finished epoch: this prefix, then a JSON object (epoch, plan_version,

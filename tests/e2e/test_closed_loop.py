@@ -4,8 +4,10 @@ operator rebalances the job between epochs until it trains at the speed of its G
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +72,8 @@ def _query(prometheus: str, expr: str, at: str | None = None) -> list[Any]:
 
 
 def _mean_compute_seconds_by_rank(prometheus: str, job: str, plan_version: int, at: str) -> dict[int, float]:
-    """Each rank's mean compute time per step under one plan version as the rebalancer read it at
-    `at` (its decision's time): the steps run after the decision do not count."""
+    """Each rank's mean compute time per step under one plan version, as Prometheus had it at `at`
+    (its series go stale once the pods are gone)."""
     expr = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, plan_version))
     rows = _query(prometheus, expr, at)
     return {int(row["metric"][names.LABEL_RANK]): float(row["value"][1]) for row in rows}
@@ -81,59 +83,90 @@ def _condition(state: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (state.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
-def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(
-    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
-) -> None:
-    empty_panels: dict[str, list[str]] = {}
-    checked: list[bool] = []
+NOMINAL_SPEEDS = (1.0, 0.5, 0.25)  # the demo classes' relativeSpeed
+SPEED_TOLERANCE = 0.05  # simulated speeds hold: achieved ratios within 5% of the nominal ones
+SPLIT_TOLERANCE = 0.15  # the first measured split is the nominal 4 : 2 : 1 within 15%
+
+
+@dataclass
+class DemoRun:
+    report: dict[str, Any]
+    output: Path
+    checked: list[bool] = field(default_factory=list)
+    empty_panels: dict[str, list[str]] = field(default_factory=dict)
+    even_compute: dict[int, float] = field(default_factory=dict)  # mean s per step under plan v1
+
+
+@pytest.fixture(scope="module")
+def demo_run(
+    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> DemoRun:
+    """One run of the demo job; the tests below judge its parts."""
+    run = DemoRun({}, tmp_path_factory.mktemp("demo"))
 
     def check_dashboards(state: dict[str, Any]) -> None:
         epoch = ((state.get("status") or {}).get("progress") or {}).get("epoch", 0)
-        if checked or epoch < 6:
+        if run.checked or epoch < 6:
             return
-        checked.append(True)
+        run.checked.append(True)
         for file, builder in DASHBOARDS.items():
             for expr in panel_queries(dashboard_json(builder())):
                 runnable = runnable_query(expr, {"job": "digits"})
                 if not _query(loop_bed.prometheus_url, runnable):
-                    empty_panels.setdefault(file, []).append(runnable)
+                    run.empty_panels.setdefault(file, []).append(runnable)
 
-    report = run_demo(
-        settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, demo_job(), check_dashboards
+    run.report = run_demo(
+        settings_for(run.output, operator_kubeconfig), Console(), loop_bed, demo_job(), check_dashboards
     )
+    print(f"--- report.json ---\n{json.dumps(run.report)[-8000:]}")
+    decided = next((r for r in run.report["status"].get("rebalances") or [] if r["fromVersion"] == 1), None)
+    if decided is not None:
+        run.even_compute = _mean_compute_seconds_by_rank(
+            loop_bed.prometheus_url, "digits", 1, decided["time"]
+        )
+    return run
 
+
+def test_simulated_speeds_hold(demo_run: DemoRun) -> None:
+    """The workers' achieved speeds under the even split, per sample from Prometheus, are the
+    nominal 1 : 0.5 : 0.25 within 5%: without that the split below has nothing true to follow."""
+    compute = demo_run.even_compute
+    assert sorted(compute) == [0, 1, 2], f"compute times under the even split: {compute}"
+    even = next(row["local_batches"] for row in demo_run.report["per_epoch"] if row["plan_version"] == 1)
+    per_sample = [compute[rank] / even[rank] for rank in range(3)]
+    achieved = [per_sample[0] / t for t in per_sample]
+    print(f"achieved speed ratios {[round(a, 4) for a in achieved]} against {list(NOMINAL_SPEEDS)}")
+    for rank, (got, want) in enumerate(zip(achieved, NOMINAL_SPEEDS, strict=True)):
+        assert abs(got / want - 1) <= SPEED_TOLERANCE, (
+            f"rank {rank} ran at {got:.3f} of rank 0's speed, not {want} (within {SPEED_TOLERANCE:.0%}): "
+            f"per-sample compute ms {[round(1e3 * t, 4) for t in per_sample]}"
+        )
+
+
+def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(demo_run: DemoRun) -> None:
+    report = demo_run.report
     assert report["phase"] == "Succeeded"
     assert report["final_accuracy"] >= 0.9
     final = report["local_batches"][-1]
     assert final[0] > final[1] > final[2], "the fastest worker gets the largest batch"
-    # The first measured split (after the even warm-up) is in proportion to the per-sample speeds the
-    # workers showed under the even split. Those are near the simulated 4:2:1, but a shared 2-core
-    # host moves them by up to a fifth (one run measured the slow worker at 4.8x the fast one's time),
-    # so the split is held to what was measured, not to the nominal speeds. Later OptPerf splits may
-    # move further when fixed per-step costs make that faster.
-    even = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 1)
+    # The first measured split follows the nominal speeds 4 : 2 : 1 (within 15%); later OptPerf splits
+    # may move when fixed per-step costs make that faster.
     measured_split = next(row["local_batches"] for row in report["per_epoch"] if row["plan_version"] == 2)
-    decided = next(r for r in report["status"]["rebalances"] if r["fromVersion"] == 1)
-    compute = _mean_compute_seconds_by_rank(loop_bed.prometheus_url, "digits", 1, decided["time"])
-    assert sorted(compute) == [0, 1, 2], f"compute times under the even split: {compute}"
-    per_sample = [compute[rank] / even[rank] for rank in range(3)]
-    assert per_sample[0] < per_sample[1] < per_sample[2], f"the simulated speeds' order: {per_sample}"
-    for rank in (0, 1):
-        got, want = measured_split[rank] / measured_split[2], per_sample[2] / per_sample[rank]
-        assert abs(got - want) / want <= 0.1, (
-            f"split {measured_split} is not within 10% of the measured speeds "
-            f"(per-sample compute ms {[round(1e3 * t, 3) for t in per_sample]})"
+    for rank, want in ((0, 4.0), (1, 2.0)):
+        got = measured_split[rank] / measured_split[2]
+        print(f"split check, rank {rank}: {got:.3f} against the nominal {want}")
+        assert abs(got - want) / want <= SPLIT_TOLERANCE, (
+            f"split {measured_split} is not the nominal 4 : 2 : 1 within {SPLIT_TOLERANCE:.0%}"
         )
-        print(f"split check, rank {rank}: {got:.3f} against the measured {want:.3f}")
     assert report["speedup_vs_even_epoch"] >= 1.5
     status = report["status"]
     assert status["rebalances"], "at least one rebalance is recorded"
     assert status["plan"]["version"] >= 2 and status["progress"]["epoch"] >= 9
     assert any(r.get("measuredIterationSeconds") for r in status["rebalances"])
     assert _condition({"status": status}, "MetricsAvailable")["status"] == "True"  # type: ignore[index]
-    assert checked, "the dashboards were checked while the job ran"
-    assert not empty_panels, f"panels without data: {empty_panels}"
-    assert (tmp_path / "report.json").exists() and (tmp_path / "throughput.png").exists()
+    assert demo_run.checked, "the dashboards were checked while the job ran"
+    assert not demo_run.empty_panels, f"panels without data: {demo_run.empty_panels}"
+    assert (demo_run.output / "report.json").exists() and (demo_run.output / "throughput.png").exists()
 
 
 def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(

@@ -70,6 +70,28 @@ def test_worker_pod_is_pinned_labelled_and_wired_to_the_runtime_contract() -> No
     )
 
 
+def test_workers_learn_the_precision_their_gpu_and_the_checkpoint_annotation() -> None:
+    pod = launcher.worker_pods(job(precision="bf16"), allocation(("node-a", "fast")), SETTINGS)[0]
+    env = env_of(pod)
+    assert env[contract.PRECISION_ENV] == "bf16"
+    assert env[contract.LOCAL_RANK_ENV] == "0"  # a pod sees only its own GPUs
+    assert env[contract.POD_ANNOTATIONS_FILE_ENV] == "/etc/heterotrain/podinfo/annotations"
+    assert (
+        env_of(launcher.worker_pods(job(), allocation(("node-a", "fast")), SETTINGS)[0])[
+            contract.PRECISION_ENV
+        ]
+        == "auto"
+    )
+    # The annotations reach the worker through a Downward API volume, which the kubelet refreshes.
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "podinfo")
+    assert volume["downwardAPI"]["items"] == [
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+    ]
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "podinfo")
+    assert mount == {"name": "podinfo", "mountPath": "/etc/heterotrain/podinfo", "readOnly": True}
+    assert names.CHECKPOINT_REQUESTED_ANNOTATION == "heterotrain.io/checkpoint-requested"
+
+
 def test_worker_pod_runs_locked_down() -> None:
     pod = launcher.worker_pod(
         job(), allocation(("node-a", "fast")), allocation(("node-a", "fast")).workers[0], SETTINGS

@@ -78,7 +78,11 @@ def test_simulated_speed_stretches_compute_and_is_announced(uninterrupted: Local
     assert per_sample[2] > 2.0 * per_sample[0]
     logs = read_logs(uninterrupted)
     assert "SIMULATION: rank 2 runs at simulated speed 0.25" in logs
-    assert "SIMULATION: rank 0" not in logs
+    # Speed 1 is paced too: to the base device every rank calibrated, one at a time, at start.
+    assert "SIMULATION: rank 0 runs at simulated speed 1" in logs
+    assert logs.count("calibrated solo") == 3
+    costs = [r["simulated_costs"] for r in results]
+    assert costs[0]["step"] > 0 and costs[0] == costs[1] == costs[2]
 
 
 def test_kill_mid_epoch_resumes_to_identical_weights(uninterrupted: LocalJob, tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""The runtime balance benchmark's report helpers: table rows, the BENCHMARKS.md update, contention."""
+"""The runtime benchmarks' arithmetic and reports: achieved speeds and their ratios, the ideal speed-up
+they allow, the verdict, the worker layouts, and BENCHMARKS.md's Runtime section as the committed
+artifacts render it."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -10,92 +12,111 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "runtime_balance.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCHMARKS_MD = BENCH.parent / "BENCHMARKS.md"
 
-MARKDOWN = """# Benchmarks
 
-## Runtime
-
-Intro.
-
-| Mode | Simulated speeds | a | b |
-|---|---|---|---|
-| dilated x4 | old | 1 | 2 |
-| undilated | old | 3 | 4 |
-
-Notes.
-
-### Slow link
-
-| Strategy | Epoch s |
-|---|---|
-| data | 0.5 |
-
-## Scheduling policies
-"""
+def bench_module(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runtime_balance_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def fidelity() -> ModuleType:
+    return bench_module("runtime_fidelity")
 
 
-def phase(step_ms: float, overrun_ms: list[float]) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def balance() -> ModuleType:
+    return bench_module("runtime_balance")
+
+
+def test_the_ideal_speedup_of_1_05_025_is_seven_thirds(fidelity: ModuleType) -> None:
+    assert fidelity.ideal_speedup([1.0, 0.5, 0.25], [1.0, 0.5, 0.25]) == pytest.approx(7 / 3)
+    # Equal speeds gain nothing from balancing.
+    assert fidelity.ideal_speedup([2.0, 2.0], [2.0, 2.0]) == pytest.approx(1.0)
+
+
+def test_achieved_speeds_and_their_distance_from_the_claim(fidelity: ModuleType) -> None:
+    speeds = fidelity.achieved_speeds([400, 200, 100], [0.1, 0.1, 0.1])
+    assert speeds == pytest.approx([4000, 2000, 1000])
+    assert fidelity.ratios(speeds) == pytest.approx([1.0, 0.5, 0.25])
+    assert fidelity.ratio_deviation(speeds, [1.0, 0.5, 0.25]) == pytest.approx(0.0)
+    # The old undilated row's implied speeds, 1 : 0.39 : 0.18, are 22% and 28% off the claim.
+    assert fidelity.ratio_deviation([1.0, 0.39, 0.18], [1.0, 0.5, 0.25]) == pytest.approx(0.28)
+    assert fidelity.achieved_speeds([0, 10], [0.0, 0.5]) == [0.0, 20.0]
+
+
+def test_the_verdict(fidelity: ModuleType) -> None:
+    held = fidelity.judge({"even": 0.01, "data": 0.04}, speedup=2.25, ideal=7 / 3, efficiency=0.96)
+    assert held.valid and held.targets_met and not held.reasons
+    broken = fidelity.judge({"even": 0.01, "data": 0.08}, speedup=2.25, ideal=7 / 3, efficiency=0.96)
+    assert not broken.speeds_held and not broken.valid and "phase data" in broken.reasons[0]
+    above = fidelity.judge({"data": 0.0}, speedup=3.16, ideal=7 / 3, efficiency=0.96)
+    assert above.above_ideal and not above.valid
+    short = fidelity.judge({"data": 0.0}, speedup=2.0, ideal=7 / 3, efficiency=0.90)
+    assert short.valid and not short.targets_met and not short.efficiency_met and not short.speedup_met
+
+
+def phase(batches: list[int], speeds: list[float], samples_per_s: float) -> dict[str, Any]:
     return {
-        "local_batches": [585, 293, 146],
-        "samples_per_s": 1024 / step_ms * 1e3,
-        "worker_compute_ms": [step_ms - 5] * 3,
-        "slowest_compute_per_step_ms": step_ms - 3,
-        "worker_step_ms": [step_ms] * 3,
-        "worker_overrun_ms": overrun_ms,
+        "local_batches": batches,
+        "worker_compute_ms": [1e3 * b / v for b, v in zip(batches, speeds, strict=True)],
+        "samples_per_s": samples_per_s,
     }
 
 
-def result(dilation: float, overrun_ms: list[float]) -> dict[str, Any]:
-    return {
-        "time_dilation": dilation,
-        "simulated_speeds": [1 / dilation, 0.5 / dilation, 0.25 / dilation],
-        "even": phase(500.0, [0.0, 0.0, 0.0]),
-        "data": phase(250.0, overrun_ms),
-        "rounds": [{}, {}],
-        "speedup_vs_even": 2.0,
-        "efficiency": 0.98,
-        "even_efficiency": 0.5,
-        "host_load_1min": [0.5, 0.7],
+def test_a_run_at_the_claimed_speeds_summarizes_to_the_known_figures(balance: ModuleType) -> None:
+    """Speeds 4000 : 2000 : 1000 samples/s and batch 1050: even steps last 350 / 1000 s, balanced
+    ones 1050 / 7000 s, so the speed-up is 7/3; a run at 96% of each rate is 96% efficient."""
+    speeds = [4000.0, 2000.0, 1000.0]
+    raw = {
+        "solo": [{"local_batch": 350, "compute_s": 350 / v} for v in speeds],
+        "even": phase([350, 350, 350], speeds, 3000.0 * 0.96),
+        "data": phase([600, 300, 150], speeds, 7000.0 * 0.96),
+        "even_again": phase([350, 350, 350], speeds, 3000.0 * 0.96),
     }
+    summary = balance.summarize(raw, [1.0, 0.5, 0.25])
+    assert summary["ideal_speedup"] == pytest.approx(7 / 3)
+    assert summary["speedup_vs_even"] == pytest.approx(7 / 3)
+    assert summary["efficiency"] == pytest.approx(0.96)
+    assert summary["even_efficiency"] == pytest.approx(3000 * 0.96 / 7000)
+    assert summary["valid"] and summary["targets_met"]
+    assert max(summary["ratio_deviation"].values()) == pytest.approx(0.0)
+    raw["data"] = phase([600, 300, 150], [4000.0, 2000.0, 800.0], 6000.0)  # the slow worker fell behind
+    slower = balance.summarize(raw, [1.0, 0.5, 0.25])
+    assert not slower["speeds_held"] and slower["ratio_deviation"]["data"] == pytest.approx(0.2)
 
 
-def test_write_replaces_only_the_row_of_the_same_mode(bench: ModuleType) -> None:
-    row = bench.table_row(result(4.0, [0.0, 0.0, 0.0]))
-    assert row.startswith("| dilated x4 | 0.25, 0.125, 0.0625 | 2048 | 4096 | 2.00 | 0.980 |")
-    updated = bench.with_row(MARKDOWN, row)
-    assert row in updated and "| dilated x4 | old |" not in updated
-    assert updated.replace(row, "| dilated x4 | old | 1 | 2 |") == MARKDOWN
+def test_simulated_gpus_share_a_core_while_their_load_fits_in_half_of_it(balance: ModuleType) -> None:
+    assert balance.core_of_each_worker([0.25, 0.125, 0.0625], [0, 1]) == [0, 0, 0]
+    assert balance.core_of_each_worker([1.0, 0.5, 0.25], [0, 1]) == [0, 1, 1]
+    assert balance.core_of_each_worker([1.0, 0.5, 0.25], [0, 1, 2, 3]) == [0, 1, 2]
+    assert balance.core_of_each_worker([1.0, 0.5], [3]) == [3, 3]
 
 
-def test_write_adds_a_new_mode_after_the_runtime_table(bench: ModuleType) -> None:
-    row = bench.table_row(result(8.0, [0.0, 0.0, 0.0]))
-    updated = bench.with_row(MARKDOWN, row)
-    assert "| undilated | old | 3 | 4 |\n" + row + "\n\nNotes." in updated
-    assert updated.count("| data | 0.5 |") == 1  # the slow-link table is untouched
+def test_real_hardware_workers_differ_or_say_they_cannot() -> None:
+    real = bench_module("runtime_real_hetero")
+    assert real.thread_counts(4, 3) == [2, 1]
+    assert real.thread_counts(8, 3) == [4, 2, 1]
+    gpu = real.plan_workers(1, list(range(16)), allow_small_host=False)
+    assert [(p.device, p.threads) for p in gpu] == [("cuda:0", 1), ("cpu", 4), ("cpu", 2)]
+    assert len({c for p in gpu for c in p.cores}) == sum(len(p.cores) for p in gpu)  # disjoint cores
+    cpu4 = real.plan_workers(0, [0, 1, 2, 3], allow_small_host=False)
+    assert [(p.threads, p.cores) for p in cpu4] == [(2, [0, 1]), (1, [2])]
+    with pytest.raises(SystemExit, match="need 4 or more"):
+        real.plan_workers(0, [0, 1], allow_small_host=False)
+    small = real.plan_workers(0, [0, 1], allow_small_host=True)
+    assert [(p.threads, p.cores) for p in small] == [(1, [0]), (1, [1])]
 
 
-def test_contention_share_is_the_worst_overrun_against_its_step(bench: ModuleType) -> None:
-    assert bench.contention_share(result(4.0, [0.0, 0.0, 0.0])) == 0.0
-    assert bench.contention_share(result(4.0, [25.0, 5.0, 0.0])) == pytest.approx(0.1)
-
-
-def test_simulated_gpus_share_a_core_while_their_load_fits_in_half_of_it(bench: ModuleType) -> None:
-    # Dilated x4: 0.25 + 0.125 + 0.0625 of a core fit in one.
-    assert bench.core_of_each_worker([0.25, 0.125, 0.0625], [0, 1]) == [0, 0, 0]
-    assert bench.core_of_each_worker([0.0625, 0.25, 0.125], [2, 5]) == [2, 2, 2]
-    # Undilated: the fastest fills a core of its own, the two slower share the other.
-    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1]) == [0, 1, 1]
-    assert bench.core_of_each_worker([1.0, 0.5, 0.25], [0, 1, 2, 3]) == [0, 1, 2]
-    assert bench.core_of_each_worker([0.4, 0.4, 0.4], [0, 1]) == [0, 1, 0]
-    assert bench.core_of_each_worker([1.0, 0.5], [3]) == [3, 3]
+def test_benchmarks_md_runtime_section_is_the_committed_artifacts_rendered() -> None:
+    report = bench_module("runtime_report")
+    simulated, real = report.load_artifacts()
+    assert simulated, "no committed artifact of bench/runtime_balance.py in bench/results/"
+    expected = report.render(simulated, real)
+    text = BENCHMARKS_MD.read_text()
+    start = text.index(report.HEADING + "\n")
+    end = text.find("\n## ", start + len(report.HEADING))
+    assert text[start : end if end != -1 else len(text)] == expected

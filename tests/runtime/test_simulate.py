@@ -1,106 +1,117 @@
-"""The speed simulator stretches the compute thread's own CPU time, and a worker starts without scipy."""
+"""The speed simulator stretches a segment to its work's calibrated base-device time ÷ speed, whatever
+CPU time the segment took; overruns are counted; calibration is solo; a worker starts without scipy."""
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import subprocess
 import sys
-import threading
-import time
+from pathlib import Path
 
 import pytest
+from tests.runtime.spawn import run_ranks
 
-from hetero_runtime.simulate import SpeedSimulator
-
-
-def burn_without_gil(stop: threading.Event) -> None:
-    """CPU work on another thread: hashing a large buffer releases the GIL, like torch's kernels."""
-    block = bytes(4 << 20)
-    while not stop.is_set():
-        hashlib.sha256(block).digest()
+from hetero_runtime import simulate
+from hetero_runtime.simulate import SpeedSimulator, per_sample_seconds
 
 
-def test_cpu_of_other_threads_is_not_stretched() -> None:
-    simulator = SpeedSimulator(0.05)
-    stop = threading.Event()
-    burner = threading.Thread(target=burn_without_gil, args=(stop,), daemon=True)
-    burner.start()
-    try:
-        time.sleep(0.05)  # the burner is running before the segment starts
-        cpu_before = time.process_time()
-        watch = simulator.begin()
-        time.sleep(0.2)  # the compute thread waits; only the other thread uses CPU
-        duration = simulator.finish(watch)
-        process_cpu = time.process_time() - cpu_before
-    finally:
-        stop.set()
-        burner.join()
-    # The process did use CPU meanwhile (stretched, >= 0.02 s / 0.05 would have lasted >= 0.4 s) ...
-    assert process_cpu >= 0.02, f"the burner thread got too little CPU ({process_cpu:.3f} s) to tell"
-    # ... but none of it was the compute thread's, so nothing was stretched.
-    assert duration == pytest.approx(0.2, abs=0.12)
+class VirtualClock:
+    """The simulator's clock and sleep, run by the test: a segment's compute advances it by hand, a
+    sleep by exactly what was asked. The arithmetic is then checked to the nanosecond, whatever the
+    load of the host."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
 
 
-def test_finish_reports_the_stretched_duration_it_slept_to() -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    virtual = VirtualClock()
+    monkeypatch.setattr(simulate.time, "perf_counter", virtual.perf_counter)
+    monkeypatch.setattr(simulate.time, "sleep", virtual.sleep)
+    return virtual
+
+
+def test_a_segment_lasts_its_work_at_the_simulated_speed(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.25)
     watch = simulator.begin()
-    end = time.thread_time() + 0.02
-    while time.thread_time() < end:
-        pass
-    duration = simulator.finish(watch)
-    assert duration >= 0.08
-    assert time.perf_counter() - watch.wall == pytest.approx(duration, abs=0.005)
+    clock.now += 0.005  # the compute took 5 ms
+    duration = simulator.finish(watch, 0.02)  # 20 ms of base-device work at a quarter of the speed
+    assert duration == pytest.approx(0.08)
+    assert simulator.overrun_seconds == 0.0 and simulator.target_seconds == pytest.approx(0.08)
 
 
-def test_waiting_beyond_the_stretched_time_is_counted_as_overrun() -> None:
+def test_extra_cpu_time_is_not_multiplied_by_the_slowdown(clock: VirtualClock) -> None:
+    """The old rule (stretch CPU time ÷ speed) made 30 ms of compute last 120 ms at speed 0.25 whatever
+    the work: any cold cache or busy host was multiplied by 4. The work, not the time taken, sets it."""
+    simulator = SpeedSimulator(0.25)
+    watch = simulator.begin()
+    clock.now += 0.03
+    assert simulator.finish(watch, 0.02) == pytest.approx(0.08)
+
+
+def test_a_segment_slower_than_its_target_counts_as_overrun(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.5)
     watch = simulator.begin()
-    time.sleep(0.05)  # e.g. descheduled by a busy host: no CPU used, nothing to stretch
-    simulator.finish(watch)
-    assert simulator.overrun_seconds == pytest.approx(0.05, abs=0.02)
-    slow = SpeedSimulator(0.05)
-    watch = slow.begin()
-    end = time.thread_time() + 0.01
-    while time.thread_time() < end:
-        pass
-    slow.finish(watch)  # 10 ms of CPU is stretched to 200 ms: the wait was absorbed by sleeping
-    assert slow.overrun_seconds == 0.0
+    clock.now += 0.06  # the host held the worker up beyond the 40 ms target
+    assert simulator.finish(watch, 0.02) == pytest.approx(0.06)
+    assert simulator.overrun_seconds == pytest.approx(0.02)
+    assert simulator.overrun_share == pytest.approx(0.5)
 
 
-def test_pace_stretches_each_part_of_a_segment_as_it_ends() -> None:
+def test_pace_spreads_the_work_over_the_segment(clock: VirtualClock) -> None:
     simulator = SpeedSimulator(0.25)
     watch = simulator.begin()
     marks = []
-    for _ in range(3):
-        end = time.thread_time() + 0.01
-        while time.thread_time() < end:
-            pass
-        simulator.pace(watch)  # 10 ms more CPU: the segment so far lasts 4x its CPU time
-        marks.append(time.perf_counter() - watch.wall)
-    duration = simulator.finish(watch)  # nothing left to stretch
-    for part, mark in enumerate(marks, start=1):
-        assert mark == pytest.approx(0.04 * part, abs=0.015)
-    assert duration == pytest.approx(marks[-1], abs=0.01)
-    # The last pace slept to the segment's target, and a sleep ends up to the kernel's timer slack
-    # (50 us by default) late: finish counts that, and only that, as overrun.
-    assert simulator.overrun_seconds < 0.001
+    for part in range(1, 4):
+        clock.now += 0.002  # a micro-batch of 10 ms base-device work, computed in 2 ms
+        simulator.pace(watch, 0.01 * part)
+        marks.append(clock.now - watch.wall)
+    assert marks == pytest.approx([0.04, 0.08, 0.12])
+    assert simulator.finish(watch, 0.03) == pytest.approx(0.12)
+    assert simulator.overrun_seconds == pytest.approx(0.0, abs=1e-12)  # float rounding only
 
 
-def test_finish_on_another_thread_is_refused() -> None:
-    simulator = SpeedSimulator(0.5)
-    watch = simulator.begin()
-    errors: list[BaseException] = []
+def test_full_speed_is_also_paced_and_no_speed_is_not(clock: VirtualClock) -> None:
+    paced = SpeedSimulator(1.0)
+    watch = paced.begin()
+    clock.now += 0.01
+    assert paced.finish(watch, 0.03) == pytest.approx(0.03)
+    real = SpeedSimulator(None)
+    watch = real.begin()
+    clock.now += 0.01
+    assert real.finish(watch, 0.5) == pytest.approx(0.01)  # a real device is never slowed down
+    assert real.overrun_seconds == 0.0
 
-    def finish_elsewhere() -> None:
-        try:
-            simulator.finish(watch)
-        except RuntimeError as err:
-            errors.append(err)
 
-    other = threading.Thread(target=finish_elsewhere)
-    other.start()
-    other.join()
-    assert len(errors) == 1 and "thread that called begin" in str(errors[0])
+def test_per_sample_cost_is_the_median_run_over_its_samples(clock: VirtualClock) -> None:
+    durations = iter([0.5, 0.010, 0.030, 0.012, 0.011, 0.500])  # a warm-up, then one slow outlier
+
+    def run() -> None:
+        clock.now += next(durations)
+
+    assert per_sample_seconds(run, samples=4, repeats=5) == pytest.approx(0.012 / 4)
+    with pytest.raises(ValueError, match="at least one sample"):
+        per_sample_seconds(run, samples=0)
+
+
+def test_ranks_calibrate_one_at_a_time_and_share_the_slowest_figure(tmp_path: Path) -> None:
+    results = run_ranks("calibrate_solo.py", 3, tmp_path)
+    spans = sorted((r["started"], r["ended"], r["rank"]) for r in results)
+    for (_, ended, _), (started, _, _) in itertools.pairwise(spans):
+        assert started >= ended, f"two ranks calibrated at the same time: {spans}"
+    measured = [r["own"] for r in results]
+    for result in results:
+        # Rank r's work takes (r + 1) x 4 ms per sample; everyone simulates the slowest base device.
+        assert result["common"]["step"] == pytest.approx(max(measured), rel=1e-9)
+    assert max(measured) >= 0.012 * 0.999  # rank 2's 12 ms per sample (a sleep never ends early)
 
 
 def test_worker_start_does_not_import_scipy() -> None:

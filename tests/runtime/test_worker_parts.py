@@ -1,4 +1,4 @@
-"""Launcher env, metrics exporter, atomic checkpoints, simulated speed, ESync's decision, GNS."""
+"""Launcher env, metrics exporter, atomic checkpoints, ESync's decision, GNS."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from hetero_runtime.gns import estimate_noise
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.local import free_port, parse_speeds, sesgd_groups
 from hetero_runtime.metrics import StepRecord, WorkerMetrics
-from hetero_runtime.simulate import SpeedSimulator
 
 
 def test_worker_env_parsing_and_errors() -> None:
@@ -84,28 +83,6 @@ def test_checkpoints_are_atomic_and_latest_wins(tmp_path: Path) -> None:
         save_atomic({"bad": Unpicklable()}, checkpoint_path(tmp_path, 13))
     assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 12)
     assert not list(tmp_path.glob(".checkpoint-epoch-000013*"))
-
-
-def busy(seconds: float) -> None:
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
-
-
-def test_simulated_speed_stretches_cpu_time_by_sleeping() -> None:
-    simulator = SpeedSimulator(0.25)
-    watch = simulator.begin()
-    busy(0.02)
-    duration = simulator.finish(watch)
-    elapsed = time.perf_counter() - watch.wall
-    assert duration >= 0.08 - 1e-3 and elapsed == pytest.approx(duration, abs=0.01)
-    watch = simulator.begin()
-    time.sleep(0.05)  # waiting (no CPU) is not compute: nothing to stretch
-    assert simulator.finish(watch) == pytest.approx(0.05, abs=0.01)
-    full = SpeedSimulator(None)
-    watch = full.begin()
-    busy(0.01)
-    assert full.finish(watch) < 0.03
 
 
 def test_esync_decision_rule() -> None:

@@ -214,3 +214,37 @@ def test_an_exit_status_survives_other_subprocesses_and_garbage_collection(tmp_p
     subprocess.run(["true"], check=True)
     gc.collect()
     assert processes.exit_status(exits.pid) == "exit code 7"
+
+
+def test_a_downward_api_volume_holds_the_pods_annotations_as_a_kubelet_writes_them() -> None:
+    from hetero_operator.testbed.local_pods import downward_api_files
+    from hetero_runtime.stopping import parse_annotations
+
+    pod = {
+        "metadata": {
+            "name": "w0",
+            "labels": {"app": "x"},
+            "annotations": {
+                "b": 'say "hi"',
+                "a": "1",
+                "heterotrain.io/checkpoint-requested": "2026-01-01T00:00:00Z",
+            },
+        }
+    }
+    volume = {
+        "name": "podinfo",
+        "downwardAPI": {
+            "items": [
+                {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+                {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+            ]
+        },
+    }
+    files = downward_api_files(pod, volume)
+    assert files["name"] == "w0"
+    # Sorted, one key="value" per line, the value quoted with its quotes escaped.
+    assert files["annotations"] == (
+        'a="1"\nb="say \\"hi\\""\nheterotrain.io/checkpoint-requested="2026-01-01T00:00:00Z"\n'
+    )
+    # The runtime reads back exactly what the pod carries.
+    assert parse_annotations(files["annotations"]) == pod["metadata"]["annotations"]

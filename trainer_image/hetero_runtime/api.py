@@ -6,12 +6,15 @@
     job.fit()
 
 Rank, world size, rendezvous, plan location, metrics port, checkpoints and simulated speed come from
-the environment that the operator's pods (or `heterotrain run-local`) set.
+the environment that the operator's pods (or `heterotrain run-local`) set. The runtime moves the model
+to the worker's device (its GPU when it has one) before training: `evaluate` receives it there and
+must bring its own data to `next(model.parameters()).device`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +25,7 @@ from torch.utils.data import Dataset
 from hetero_operator.plan import Strategy
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.strategies.base import EvaluateFn, LossFn
-from hetero_runtime.trainer import Trainer, TrainingResult
+from hetero_runtime.trainer import Trainer, TrainingResult, WorkerStopped
 
 
 @dataclass
@@ -40,8 +43,12 @@ class TrainingJob:
     `layers`, the nn.Sequential to cut into stages)."""
 
     def fit(self, env: WorkerEnv | None = None) -> TrainingResult:
-        """Train under the plan in effect; returns what this rank measured."""
-        torch.set_num_threads(1)
+        """Train under the plan in effect; returns what this rank measured.
+
+        Asked to stop (SIGTERM, or the operator's checkpoint annotation), it saves a checkpoint at the
+        next step boundary and raises WorkerStopped, a SystemExit: the process ends with status 143."""
+        # One intra-op thread unless the environment asks for more: several workers share a host here.
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
         trainer = Trainer(
             env=env or worker_env_from_os(),
             ctx_parts={
@@ -56,7 +63,10 @@ class TrainingJob:
             evaluate=self.evaluate,
             strategy_options=self.options,
         )
-        return trainer.run()
+        result = trainer.run()
+        if result.stopped is not None:
+            raise WorkerStopped(result.stopped)
+        return result
 
 
 def configure_logging(rank: int) -> None:

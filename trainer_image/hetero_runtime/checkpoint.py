@@ -1,4 +1,9 @@
-"""Atomic checkpoints: write to a temporary file in the same directory, fsync, then rename."""
+"""Atomic checkpoints: write to a temporary file in the same directory, fsync, then rename.
+
+A checkpoint is named by the position it resumes from: epochs completed and, for one taken in the
+middle of an epoch (a stop was requested), the samples of the next epoch already trained on. Loading
+reads tensors and plain containers only (`weights_only=True`): a checkpoint cannot run code.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,13 @@ from typing import Any
 
 import torch
 
-_NAME = re.compile(r"^checkpoint-epoch-(\d{6})\.pt$")
+_NAME = re.compile(r"^checkpoint-epoch-(\d{6})(?:-sample-(\d{9}))?\.pt$")
 
 
-def checkpoint_path(directory: Path, epoch: int) -> Path:
-    """Name of the checkpoint taken after `epoch` epochs have completed."""
+def checkpoint_path(directory: Path, epoch: int, consumed: int = 0) -> Path:
+    """Name of the checkpoint taken after `epoch` epochs and `consumed` samples of the next one."""
+    if consumed:
+        return directory / f"checkpoint-epoch-{epoch:06d}-sample-{consumed:09d}.pt"
     return directory / f"checkpoint-epoch-{epoch:06d}.pt"
 
 
@@ -39,11 +46,11 @@ def save_atomic(state: dict[str, Any], path: Path) -> None:
 
 
 def latest_checkpoint(directory: Path | None) -> Path | None:
-    """The checkpoint with the highest completed-epoch count, ignoring temporary files."""
+    """The checkpoint furthest into training, ignoring temporary files."""
     if directory is None or not directory.is_dir():
         return None
     found = sorted(
-        (int(match.group(1)), entry)
+        ((int(match.group(1)), int(match.group(2) or 0)), entry)
         for entry in directory.iterdir()
         if (match := _NAME.match(entry.name)) is not None
     )
@@ -51,5 +58,6 @@ def latest_checkpoint(directory: Path | None) -> Path | None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint's state on the CPU; refuses anything but tensors and plain containers."""
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state

@@ -3,15 +3,15 @@
 The rule (ESync's QUERY-STATE): stop if you are the slowest worker, if the slowest has already
 stopped, or if one more step of yours would not end at least ε before the slowest finishes its
 current step. Times are stamped with the service's own clock on receipt, so worker clock skew
-cannot corrupt the prediction. Rank 0 runs it as a separate light process (stdlib only), so the
-service never competes with rank 0's training loop for the interpreter lock; it speaks JSON lines
-over TCP: `python -m hetero_runtime.esync_service PORT WORLD_SIZE MARGIN_SECONDS`.
+cannot corrupt the prediction. Rank 0 runs it as a separate light process, so the service never
+competes with rank 0's training loop for the interpreter lock; it listens on rank 0's pod address,
+admits only the job's ranks (`job_peers`) and speaks JSON lines over TCP:
+`python -m hetero_runtime.esync_service` with its configuration on stdin.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import socketserver
 import statistics
 import subprocess
@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+
+from hetero_runtime.job_peers import JobPeers, PeerRefused, admit, connect, service_config
 
 RECENT_STEPS = 5
 
@@ -75,18 +77,30 @@ class StateService:
             record = self.records[rank]
             record.ready, record.round, record.last_finish = False, round_index, time.monotonic()
 
-    def serve(self, host: str, port: int) -> None:
+    def serve(self, peers: JobPeers, host: str, port: int) -> None:
         service = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
+                try:
+                    rank = admit(
+                        self.request, self.rfile, self.client_address[0], peers, "esync state service"
+                    )
+                except PeerRefused:
+                    return
                 for line in self.rfile:
-                    message = json.loads(line)
-                    if message["op"] == "query":
-                        answer = service.query(message["rank"], message["k"], message["c"])
-                    else:
-                        service.reset(message["rank"], message["round"])
-                        answer = True
+                    try:
+                        message = json.loads(line)
+                        op = message["op"]
+                        if op == "query":
+                            answer = service.query(rank, int(message["k"]), float(message["c"]))
+                        elif op == "reset":
+                            service.reset(rank, int(message["round"]))
+                            answer = True
+                        else:
+                            return
+                    except (ValueError, KeyError, TypeError):
+                        return  # a malformed message ends the connection
                     self.wfile.write(b"1\n" if answer else b"0\n")
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
@@ -101,56 +115,51 @@ class StateService:
 
 
 class StateClient:
-    """A worker's connection to the service (one request in flight at a time)."""
+    """A worker's connection to the service (one request in flight at a time); the service knows
+    the rank from the connection's hello, so a message cannot speak for another rank."""
 
-    def __init__(self, host: str, port: int, timeout_seconds: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_seconds
-        while True:
-            try:
-                self.sock = socket.create_connection((host, port), timeout=timeout_seconds)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, host: str, port: int, own: str, rank: int, token: str, timeout: float = 60.0) -> None:
+        self.sock = connect(host, port, own, {"rank": rank, "token": token}, timeout)
         self.reader = self.sock.makefile("rb")
 
     def _call(self, message: dict[str, object]) -> bool:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
-        return self.reader.readline().strip() == b"1"
+        answer = self.reader.readline().strip()
+        if not answer:
+            raise ConnectionError("the esync state service closed the connection")
+        return answer == b"1"
 
     def query(self, rank: int, local_steps: int, step_seconds: float) -> bool:
-        return self._call({"op": "query", "rank": rank, "k": local_steps, "c": step_seconds})
+        del rank  # the service answers for the rank this connection introduced itself as
+        return self._call({"op": "query", "k": local_steps, "c": step_seconds})
 
     def reset(self, rank: int, round_index: int) -> None:
-        self._call({"op": "reset", "rank": rank, "round": round_index})
+        del rank
+        self._call({"op": "reset", "round": round_index})
 
     def close(self) -> None:
         self.reader.close()
         self.sock.close()
 
 
-def start_service_process(port: int, world_size: int, margin_seconds: float) -> subprocess.Popen[bytes]:
+def start_service_process(
+    peers: JobPeers, host: str, port: int, world_size: int, margin_seconds: float
+) -> subprocess.Popen[bytes]:
     """Run the service beside this worker; the caller terminates it when training ends."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hetero_runtime.esync_service",
-            str(port),
-            str(world_size),
-            repr(margin_seconds),
-        ]
-    )
+    process = subprocess.Popen([sys.executable, "-m", "hetero_runtime.esync_service"], stdin=subprocess.PIPE)
+    assert process.stdin is not None
+    config = service_config(peers, host, port, world_size=world_size, margin_seconds=margin_seconds)
+    process.stdin.write(config)
+    process.stdin.close()
+    return process
 
 
-def main(argv: list[str]) -> None:
-    port, world_size, margin = int(argv[0]), int(argv[1]), float(argv[2])
-    service = StateService(world_size, margin)
-    service.serve("0.0.0.0", port)
+def main() -> None:
+    config = json.loads(sys.stdin.read())
+    service = StateService(int(config["world_size"]), float(config["margin_seconds"]))
+    service.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     threading.Event().wait()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

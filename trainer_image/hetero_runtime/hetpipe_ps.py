@@ -2,17 +2,22 @@
 
 A virtual worker (VW) finishes clock c when every one of its stages has pushed the summed update
 of wave c; the global clock is the minimum over VWs. A pull can ask to wait until the global clock
-reaches a bound, which is how the WSP admission gate blocks a VW that is too far ahead. It runs as
-a separate light process on rank 0 (numpy only) and speaks length-prefixed pickles over TCP to the
-job's own workers: `python -m hetero_runtime.hetpipe_ps PORT STAGES_OF_VW0,STAGES_OF_VW1,...`.
+reaches a bound, which is how the WSP admission gate blocks a VW that is too far ahead.
+
+It also settles when a job asked to stop (checkpoint first) stops: VWs run at their own pace, so
+the first push that carries a stop request fixes a wave count every stage can still reach (one more
+than the most waves any stage has pushed); each stage stops once it has pushed that many, so all
+end at the same wave and the checkpoint's sampler position holds for every VW.
+
+It runs as a separate light process on rank 0 (numpy only), listens on rank 0's pod address, admits
+only the job's ranks (`job_peers`) and speaks JSON plus raw arrays (`wire`):
+`python -m hetero_runtime.hetpipe_ps` with its configuration on stdin.
 """
 
 from __future__ import annotations
 
-import pickle
-import socket
+import json
 import socketserver
-import struct
 import subprocess
 import sys
 import threading
@@ -21,20 +26,8 @@ from typing import Any
 
 import numpy as np
 
-_HEADER = struct.Struct("!Q")
-
-
-def _send(sock: socket.socket, payload: Any) -> None:
-    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-def _receive(stream: Any) -> Any:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise ConnectionError("parameter server connection closed")
-    (length,) = _HEADER.unpack(header)
-    return pickle.loads(stream.read(length))
+from hetero_runtime import wire
+from hetero_runtime.job_peers import JobPeers, PeerRefused, admit, connect, service_config
 
 
 class ParameterServer:
@@ -43,6 +36,8 @@ class ParameterServer:
         self.weights: dict[str, np.ndarray] = {}
         self.local_clock = [0] * len(stages_per_vw)
         self.pushed: dict[tuple[int, int], set[int]] = {}
+        self.waves_pushed: dict[tuple[int, int], int] = {}  # (vw, stage) -> waves pushed
+        self.stop_after: int | None = None
         self.condition = threading.Condition()
 
     def global_clock(self) -> int:
@@ -53,18 +48,27 @@ class ParameterServer:
             for name, value in weights.items():
                 self.weights.setdefault(name, value.copy())
 
-    def push(self, vw: int, stage: int, clock: int, deltas: dict[str, np.ndarray]) -> int:
-        """Apply a stage's wave update; returns the global clock afterwards."""
+    def push(
+        self, vw: int, stage: int, clock: int, deltas: dict[str, np.ndarray], stop: bool = False
+    ) -> tuple[int, int | None]:
+        """Apply a stage's wave update; returns the global clock afterwards and the wave count at
+        which every stage stops (None while no stop was asked for)."""
         with self.condition:
+            unknown = sorted(set(deltas) - set(self.weights))
+            if unknown:
+                raise KeyError(f"parameters never initialised: {unknown[:3]}")
             for name, delta in deltas.items():
                 self.weights[name] += delta
+            self.waves_pushed[(vw, stage)] = clock + 1
+            if stop and self.stop_after is None:
+                self.stop_after = max(self.waves_pushed.values()) + 1
             done = self.pushed.setdefault((vw, clock), set())
             done.add(stage)
             if len(done) == self.stages_per_vw[vw]:
                 del self.pushed[(vw, clock)]
                 self.local_clock[vw] = max(self.local_clock[vw], clock + 1)
                 self.condition.notify_all()
-            return self.global_clock()
+            return self.global_clock(), self.stop_after
 
     def pull(self, names: list[str], min_clock: int, timeout: float) -> tuple[dict[str, np.ndarray], int]:
         """Weights once the global clock reaches `min_clock`, and the clock they reflect."""
@@ -78,26 +82,42 @@ class ParameterServer:
                 raise KeyError(f"parameters never initialised: {missing[:3]}")
             return {name: self.weights[name].copy() for name in names}, self.global_clock()
 
-    def serve(self, host: str, port: int) -> socketserver.ThreadingTCPServer:
+    def answer(self, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict[str, Any], Any]:
+        """One request's reply (header, arrays)."""
+        op = header.get("op")
+        if op == "init":
+            self.initialize(arrays)
+            return {"ok": True}, None
+        if op == "push":
+            clock, stop_after = self.push(
+                int(header["vw"]), int(header["stage"]), int(header["clock"]), arrays, bool(header["stop"])
+            )
+            return {"clock": clock, "stop_after": stop_after}, None
+        if op == "pull":
+            names = [str(n) for n in header["names"]]
+            weights, clock = self.pull(names, int(header["min_clock"]), float(header["timeout"]))
+            return {"clock": clock}, weights
+        return {"error": f"unknown operation {op!r}"}, None
+
+    def serve(self, peers: JobPeers, host: str, port: int) -> socketserver.ThreadingTCPServer:
         server_state = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
+                try:
+                    admit(self.request, self.rfile, self.client_address[0], peers, "hetpipe parameter server")
+                except PeerRefused:
+                    return
                 while True:
                     try:
-                        op, args = _receive(self.rfile)
-                    except ConnectionError:
+                        header, arrays = wire.receive(self.rfile)
+                    except wire.WireError:
                         return
-                    if op == "init":
-                        server_state.initialize(*args)
-                        answer: Any = True
-                    elif op == "push":
-                        answer = server_state.push(*args)
-                    elif op == "pull":
-                        answer = server_state.pull(*args)
-                    else:
-                        answer = server_state.global_clock()
-                    _send(self.request, answer)
+                    try:
+                        reply, out = server_state.answer(header, arrays)
+                    except (KeyError, ValueError, TypeError, TimeoutError) as error:
+                        reply, out = {"error": str(error)}, None
+                    wire.send(self.request, reply, out)
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
         server = socketserver.ThreadingTCPServer((host, port), Handler)
@@ -106,51 +126,62 @@ class ParameterServer:
         return server
 
 
+class ParameterServerError(RuntimeError):
+    """The parameter server refused a request."""
+
+
 class ParameterServerClient:
-    def __init__(self, host: str, port: int, timeout_seconds: float = 120.0) -> None:
+    def __init__(
+        self, host: str, port: int, own: str, rank: int, token: str, timeout_seconds: float = 120.0
+    ) -> None:
         self.timeout = timeout_seconds
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.sock = socket.create_connection((host, port), timeout=timeout_seconds)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = connect(host, port, own, {"rank": rank, "token": token}, timeout_seconds)
         self.stream = self.sock.makefile("rb")
 
-    def _call(self, op: str, *args: Any) -> Any:
-        _send(self.sock, (op, args))
-        return _receive(self.stream)
+    def _call(self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> tuple[Any, Any]:
+        wire.send(self.sock, header, arrays)
+        reply, out = wire.receive(self.stream)
+        if "error" in reply:
+            raise ParameterServerError(reply["error"])
+        return reply, out
 
     def initialize(self, weights: dict[str, np.ndarray]) -> None:
-        self._call("init", weights)
+        self._call({"op": "init"}, weights)
 
-    def push(self, vw: int, stage: int, clock: int, deltas: dict[str, np.ndarray]) -> int:
-        return int(self._call("push", vw, stage, clock, deltas))
+    def push(
+        self, vw: int, stage: int, clock: int, deltas: dict[str, np.ndarray], stop: bool = False
+    ) -> tuple[int, int | None]:
+        reply, _ = self._call({"op": "push", "vw": vw, "stage": stage, "clock": clock, "stop": stop}, deltas)
+        stop_after = reply["stop_after"]
+        return int(reply["clock"]), None if stop_after is None else int(stop_after)
 
     def pull(self, names: list[str], min_clock: int) -> tuple[dict[str, np.ndarray], int]:
-        weights, clock = self._call("pull", names, min_clock, self.timeout)
-        return weights, int(clock)
+        reply, weights = self._call(
+            {"op": "pull", "names": names, "min_clock": min_clock, "timeout": self.timeout}
+        )
+        return weights, int(reply["clock"])
 
     def close(self) -> None:
         self.stream.close()
         self.sock.close()
 
 
-def start_server_process(port: int, stages_per_vw: list[int]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "hetero_runtime.hetpipe_ps", str(port), ",".join(map(str, stages_per_vw))]
-    )
+def start_server_process(
+    peers: JobPeers, host: str, port: int, stages_per_vw: list[int]
+) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "hetero_runtime.hetpipe_ps"], stdin=subprocess.PIPE)
+    assert process.stdin is not None
+    process.stdin.write(service_config(peers, host, port, stages_per_vw=stages_per_vw))
+    process.stdin.close()
+    return process
 
 
-def main(argv: list[str]) -> None:
-    server = ParameterServer([int(x) for x in argv[1].split(",")])
-    server.serve("0.0.0.0", int(argv[0]))
+def main() -> None:
+    config = json.loads(sys.stdin.read())
+    server = ParameterServer([int(x) for x in config["stages_per_vw"]])
+    server.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     threading.Event().wait()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

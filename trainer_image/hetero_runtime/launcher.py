@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,12 @@ class WorkerEnv:
     epochs: int | None
     seed: int
     result_file: Path | None
+    local_rank: int = 0
+    precision: plan_contract.Precision = plan_contract.Precision.AUTO
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    backend: str = "auto"  # auto (nccl on CUDA, else gloo) | nccl | gloo
+    annotations_file: Path | None = None
+    pod_ip: str | None = None
 
     @property
     def init_method(self) -> str:
@@ -67,6 +74,28 @@ def parse_simulated_speed(raw: str | None) -> float | None:
     return speed
 
 
+DEVICE_ENV = "HETEROTRAIN_DEVICE"
+BACKEND_ENV = "HETEROTRAIN_DIST_BACKEND"
+_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+def parse_precision(raw: str | None) -> plan_contract.Precision:
+    if raw is None or raw.strip() == "":
+        return plan_contract.Precision.AUTO
+    try:
+        return plan_contract.Precision(raw.strip().lower())
+    except ValueError:
+        choices = ", ".join(p.value for p in plan_contract.Precision)
+        raise WorkerEnvError(f"{plan_contract.PRECISION_ENV}={raw!r}: use one of {choices}") from None
+
+
+def _choice(environ: Mapping[str, str], key: str, allowed: re.Pattern[str], hint: str) -> str:
+    value = (environ.get(key) or "auto").strip().lower()
+    if not allowed.match(value):
+        raise WorkerEnvError(f"{key}={value!r}: use {hint}")
+    return value
+
+
 def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
     """Read and check every worker setting; raises WorkerEnvError naming the variable."""
     world_size = _int(environ, plan_contract.WORLD_SIZE_ENV, 1, minimum=1)
@@ -81,6 +110,7 @@ def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
     checkpoint_dir = environ.get(plan_contract.CHECKPOINT_DIR_ENV) or None
     epochs_raw = environ.get(plan_contract.EPOCHS_ENV)
     result_file = environ.get(plan_contract.RESULT_FILE_ENV) or None
+    annotations = environ.get(plan_contract.POD_ANNOTATIONS_FILE_ENV) or None
     return WorkerEnv(
         rank=rank,
         world_size=world_size,
@@ -96,6 +126,12 @@ def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
         epochs=None if not epochs_raw else _int(environ, plan_contract.EPOCHS_ENV, minimum=1),
         seed=_int(environ, plan_contract.SEED_ENV, 0),
         result_file=Path(result_file) if result_file else None,
+        local_rank=_int(environ, plan_contract.LOCAL_RANK_ENV, 0),
+        precision=parse_precision(environ.get(plan_contract.PRECISION_ENV)),
+        device=_choice(environ, DEVICE_ENV, _DEVICE, "auto, cpu, cuda or cuda:N"),
+        backend=_choice(environ, BACKEND_ENV, re.compile(r"^(auto|nccl|gloo)$"), "auto, nccl or gloo"),
+        annotations_file=Path(annotations) if annotations else None,
+        pod_ip=environ.get("POD_IP") or None,
     )
 
 

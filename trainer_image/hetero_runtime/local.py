@@ -20,6 +20,7 @@ from hetero_operator import metric_names as names
 from hetero_operator import plan as contract
 from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams, Strategy
 from hetero_operator.planner.batch import proportional_split
+from hetero_runtime.launcher import DEVICE_ENV
 from hetero_runtime.progress import parse_progress
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,10 @@ def worker_environment(spec: LocalJobSpec, rank: int, port: int) -> dict[str, st
             names.JOB_NAME_ENV: spec.work_dir.name,
             names.GPU_CLASS_ENV: f"simulated-{spec.speeds[rank]:g}",
             "OMP_NUM_THREADS": "1",
+            # All ranks share this host: rank r takes GPU r when asked to use GPUs. By default they
+            # stand in for GPUs on the CPU (several ranks on one GPU cannot use NCCL).
+            contract.LOCAL_RANK_ENV: str(rank),
+            DEVICE_ENV: os.environ.get(DEVICE_ENV, "cpu"),
         }
     )
     if spec.epochs is not None:

@@ -1,76 +1,100 @@
-"""Simulated heterogeneity for machines without GPUs: stretch each step's compute to 1/speed.
+"""Simulated GPU speed for workers that stand in for GPUs on one machine (local process nodes,
+benchmarks): a worker at speed s takes 1/s times as long as the fastest device for the same work.
 
-The compute is measured as the CPU time of the calling thread (the runtime runs torch on one
-thread), so neither time lost to other processes on a shared host nor the CPU used meanwhile by the
-worker's other threads (metrics server, plan watcher, gloo's I/O) is multiplied by 1/speed; the
-stretched segment lasts max(wall time, CPU time / speed). The extra time is spent sleeping, so a
-"slow" worker does not steal CPU from its peers: its compute time grows as a slower GPU's would.
+The length of that work at full speed is calibrated once, solo, when the job starts: each rank in turn
+times its compute per sample while the others wait (`calibrate_solo`), and every rank then takes the
+slowest rank's figure, so all of them simulate the same base device. A compute segment is then
+stretched, by sleeping, to (its samples × that per-sample cost) ÷ s. It is not stretched to its own
+CPU time ÷ s: extra CPU time from cold caches or a busy host would be multiplied by 1/s, and the
+simulated speeds would drift from the claimed ones without anything noticing.
+
+A segment that the host made slower than its target overruns it; the overrun is counted, so a run
+can tell (and report) that the speeds it claims were not met.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
+CALIBRATION_REPEATS = 5
 
-def stretched_seconds(measured_seconds: float, speed: float) -> float:
-    """How long compute measured at `measured_seconds` takes at `speed` (fraction of full speed)."""
-    return measured_seconds / speed
+
+def stretched_seconds(full_speed_seconds: float, speed: float) -> float:
+    """How long work that lasts `full_speed_seconds` on the base device takes at `speed`."""
+    return full_speed_seconds / speed
 
 
 @dataclass(frozen=True)
 class Stopwatch:
     wall: float
-    cpu: float  # CPU time of the thread that began the segment
-    thread: int
 
 
 class SpeedSimulator:
     def __init__(self, speed: float | None) -> None:
         self.speed = 1.0 if speed is None else speed
-        self.active = speed is not None and speed < 1.0
-        # Wall time beyond CPU time / speed, summed: time a busy host took from the compute thread
-        # that sleeping could not absorb, so the simulated speed was not met exactly.
-        self.overrun_seconds = 0.0
+        # With a speed set (1 included) every segment is paced to the calibrated base device, so the
+        # fastest simulated GPU is the same device for every rank and never faster than calibrated.
+        self.active = speed is not None
+        self.overrun_seconds = 0.0  # wall time beyond the targets, summed: speed not met
+        self.target_seconds = 0.0  # the targets, summed
 
     def announce(self, rank: int) -> None:
         if self.active:
             log.warning(
-                "SIMULATION: rank %d runs at simulated speed %.3g: every step's compute is stretched to "
-                "%.3gx its measured CPU time by sleeping",
+                "SIMULATION: rank %d runs at simulated speed %.3g: every compute segment is stretched to "
+                "%.3gx the base device's calibrated time for its samples, by sleeping",
                 rank,
                 self.speed,
                 1.0 / self.speed,
             )
 
     def begin(self) -> Stopwatch:
-        return Stopwatch(time.perf_counter(), time.thread_time(), threading.get_ident())
+        return Stopwatch(time.perf_counter())
 
-    def pace(self, watch: Stopwatch) -> None:
-        """Inside a compute segment (after one of its micro-batches, say): sleep until the segment so
-        far lasts its CPU time / speed. A slow GPU works at its pace all through a step; stretching
-        only at the end would run every worker's compute in one burst at the start of the step,
-        where the bursts of workers sharing a host's cores collide."""
+    def pace(self, watch: Stopwatch, full_speed_seconds: float) -> None:
+        """Inside a segment (after one of its micro-batches, say): sleep until the segment so far
+        lasts the simulated time of the work done so far. A slow GPU works at its pace all through a
+        step; stretching only at the end would run every worker's compute in one burst at the start
+        of the step, where the bursts of workers sharing a host's cores collide."""
         if self.active:
-            self._stretch(watch, count_overrun=False)
+            self._stretch(watch, full_speed_seconds, count=False)
 
-    def finish(self, watch: Stopwatch) -> float:
-        """End a compute segment (on the thread that began it): sleep until it lasts CPU time /
-        speed; returns the segment's duration as measured after the sleep."""
+    def finish(self, watch: Stopwatch, full_speed_seconds: float) -> float:
+        """End a segment whose work lasts `full_speed_seconds` on the base device: sleep until it
+        lasts that ÷ speed; returns the segment's duration as measured after the sleep."""
         if self.active:
-            self._stretch(watch, count_overrun=True)
+            self._stretch(watch, full_speed_seconds, count=True)
         return time.perf_counter() - watch.wall
 
-    def _stretch(self, watch: Stopwatch, count_overrun: bool) -> None:
-        if threading.get_ident() != watch.thread:
-            raise RuntimeError("SpeedSimulator: a segment must end on the thread that called begin()")
+    def _stretch(self, watch: Stopwatch, full_speed_seconds: float, count: bool) -> None:
+        target = stretched_seconds(full_speed_seconds, self.speed)
         wall = time.perf_counter() - watch.wall
-        target = stretched_seconds(time.thread_time() - watch.cpu, self.speed)
         if target > wall:
             time.sleep(target - wall)
-        elif count_overrun:
-            self.overrun_seconds += wall - target
+        if count:
+            self.target_seconds += target
+            self.overrun_seconds += max(0.0, wall - target)
+
+    @property
+    def overrun_share(self) -> float:
+        """Overrun as a share of the simulated compute time so far (0 = the speed held exactly)."""
+        return self.overrun_seconds / self.target_seconds if self.target_seconds > 0 else 0.0
+
+
+def per_sample_seconds(run: Callable[[], None], samples: int, repeats: int = CALIBRATION_REPEATS) -> float:
+    """Median wall time per sample of `run` (which computes on `samples` samples), after one warm-up."""
+    if samples < 1:
+        raise ValueError("calibration needs at least one sample")
+    run()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) / samples

@@ -36,6 +36,9 @@ RESERVED_ENV = frozenset(
         metric_names.METRICS_PORT_ENV,
         metric_names.JOB_NAME_ENV,
         metric_names.GPU_CLASS_ENV,
+        contract.PRECISION_ENV,
+        contract.LOCAL_RANK_ENV,
+        contract.POD_ANNOTATIONS_FILE_ENV,
         "POD_IP",
     }
 )
@@ -150,6 +153,10 @@ def worker_env(
         metric_names.METRICS_PORT_ENV: str(settings.metrics_port),
         metric_names.JOB_NAME_ENV: job.name,
         metric_names.GPU_CLASS_ENV: worker.gpu_class,
+        contract.PRECISION_ENV: job.spec.precision.value,
+        # A pod sees only its own GPUs: its first visible device is its own.
+        contract.LOCAL_RANK_ENV: "0",
+        contract.POD_ANNOTATIONS_FILE_ENV: f"{names.PODINFO_MOUNT_DIR}/{names.PODINFO_ANNOTATIONS_FILE}",
     }
     if job.spec.checkpoint is not None:
         operator_env[contract.CHECKPOINT_DIR_ENV] = job.spec.checkpoint.path
@@ -188,10 +195,23 @@ def worker_pod(
     }
     mounts = [
         {"name": "plan", "mountPath": names.PLAN_MOUNT_DIR, "readOnly": True},
+        {"name": "podinfo", "mountPath": names.PODINFO_MOUNT_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "plan", "configMap": {"name": names.plan_config_map_name(job.name)}},
+        # The kubelet keeps this file up to date: the worker sees the checkpoint annotation there.
+        {
+            "name": "podinfo",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": names.PODINFO_ANNOTATIONS_FILE,
+                        "fieldRef": {"fieldPath": "metadata.annotations"},
+                    }
+                ]
+            },
+        },
         {"name": "tmp", "emptyDir": {}},
     ]
     if job.spec.checkpoint is not None and _checkpoint_is_directory(job):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hetero_operator import plan as plan_contract
+
 GROUP = "heterotrain.io"
 FINALIZER = f"{GROUP}/cleanup"  # the scheduling loop's: a deleted job's objects go first
 # kopf's own: it would add it for daemons or deletion handlers, and this operator registers neither
@@ -15,8 +17,11 @@ LABEL_GPU_CLASS = f"{GROUP}/gpu-class"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "heterotrain-operator"
 
-CHECKPOINT_REQUESTED_ANNOTATION = f"{GROUP}/checkpoint-requested"
-"""Set on worker pods (an ISO-8601 time) when they should save a checkpoint before being stopped."""
+# Part of the contract with the runtime, which watches for it: defined beside the plan.
+CHECKPOINT_REQUESTED_ANNOTATION = plan_contract.CHECKPOINT_REQUESTED_ANNOTATION
+PODINFO_MOUNT_DIR = "/etc/heterotrain/podinfo"
+"""Where a worker pod's annotations appear (a Downward API volume the kubelet keeps up to date)."""
+PODINFO_ANNOTATIONS_FILE = "annotations"
 
 WORKER_CONTAINER = "worker"
 PLAN_MOUNT_DIR = "/etc/heterotrain/plan"

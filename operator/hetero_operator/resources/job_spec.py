@@ -12,6 +12,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from hetero_operator.plan import Precision
 from hetero_operator.resources.base import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
@@ -23,7 +24,7 @@ from hetero_operator.resources.base import (
     WireModel,
     cel_rules,
 )
-from hetero_operator.resources.parallelism import Parallelism
+from hetero_operator.resources.parallelism import Parallelism, Strategy
 
 MAX_GPUS = 4096
 MAX_GLOBAL_BATCH = 1 << 24
@@ -266,7 +267,19 @@ BATCH_LIMITS_NAME_ALLOWED_CLASSES = CelRule(
     message="batch.perGpuClassMax may only name classes listed in gpuClasses",
     field_path=".batch.perGpuClassMax",
 )
-SPEC_RULES = (VIRTUAL_WORKER_FITS, SESGD_GROUPS_FIT, BATCH_COVERS_GPUS, BATCH_LIMITS_NAME_ALLOWED_CLASSES)
+FP16_NEEDS_DATA = CelRule(
+    rule="!has(self.precision) || self.precision != 'fp16' || self.parallelism.strategy == 'data'",
+    message="precision fp16 needs loss scaling, which only parallelism.strategy data synchronises: use bf16, "
+    "fp32 or auto (auto picks fp32 on GPUs without bf16 for the other strategies)",
+    field_path=".precision",
+)
+SPEC_RULES = (
+    VIRTUAL_WORKER_FITS,
+    SESGD_GROUPS_FIT,
+    BATCH_COVERS_GPUS,
+    BATCH_LIMITS_NAME_ALLOWED_CLASSES,
+    FP16_NEEDS_DATA,
+)
 
 
 class HeteroTrainJobSpec(WireModel):
@@ -325,6 +338,12 @@ class HeteroTrainJobSpec(WireModel):
         default=False,
         description="Stop the job's workers and keep it out of scheduling until set back to false.",
     )
+    precision: Precision = Field(
+        default=Precision.AUTO,
+        description="Arithmetic of the forward and backward passes: auto (each worker picks from its own "
+        "GPU: bf16 where it has bf16, such as A100 or H100; fp16 with loss scaling where it has not, such "
+        "as V100 or T4, with the data strategy, else fp32; fp32 on CPUs), fp32, bf16 or fp16.",
+    )
     pod_overrides: dict[str, Any] | None = Field(
         default=None,
         description="Fields merged into every worker pod's spec (tolerations, volumes, resources, ...), "
@@ -355,6 +374,8 @@ class HeteroTrainJobSpec(WireModel):
             raise BATCH_COVERS_GPUS.violation(
                 f"got global={self.batch.global_batch}, gpus.min={self.gpus.min}"
             )
+        if self.precision is Precision.FP16 and self.parallelism.strategy is not Strategy.DATA:
+            raise FP16_NEEDS_DATA.violation(f"got strategy {self.parallelism.strategy.value}")
         unknown = sorted(set(self.batch.per_gpu_class_max) - set(self.gpu_classes))
         if self.gpu_classes and unknown:
             raise BATCH_LIMITS_NAME_ALLOWED_CLASSES.violation(f"not in gpuClasses: {', '.join(unknown)}")

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import time
@@ -31,6 +32,7 @@ from hetero_operator.testbed import processes
 from hetero_operator.testbed.local_pods import (
     PodNotReadyToStart,
     dns_names,
+    downward_api_files,
     nth_pod_ip,
     process_plan,
     speed_for_node,
@@ -42,6 +44,7 @@ POLL_SECONDS = 0.3
 LEASE_SECONDS = 40
 STATUS_HEARTBEAT_SECONDS = 30
 MAX_GRACE_SECONDS = 30.0
+POD_IP_START_SPREAD = 20_000
 
 
 def _now() -> str:
@@ -60,6 +63,7 @@ class RunningPod:
     finished: bool = False
     kill_deadline: float | None = None
     config_maps: dict[str, str] = field(default_factory=dict)  # volume dir -> ConfigMap name
+    downward: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume dir -> Downward API volume
 
 
 class Agent:
@@ -71,7 +75,9 @@ class Agent:
         self.root = root
         self.speed_scale = speed_scale
         self.pods: dict[str, RunningPod] = {}
-        self.ip_index = 0
+        # Test beds of several users can share one machine: each agent starts at a random place of
+        # the local pod range, so two beds rarely hand out the same address (and ports on it).
+        self.ip_index = random.randrange(POD_IP_START_SPREAD)
         self.used_ips: set[str] = set()
         self.ports: dict[tuple[str, str], str] = {}
         self.last_status_beat: dict[str, float] = {}
@@ -238,6 +244,8 @@ class Agent:
             self._start(pod, running, dns, classes, node_labels)
             return
         self._refresh_config_maps(running)
+        if running.downward:
+            self._refresh_downward_api(self.core.api_client.sanitize_for_serialization(pod), running)
         code = running.process.poll()
         if code is not None and not running.finished:
             running.finished = True
@@ -256,6 +264,8 @@ class Agent:
             dirs[name] = path
             if "configMap" in volume:
                 running.config_maps[str(path)] = volume["configMap"]["name"]
+            if "downwardAPI" in volume:
+                running.downward[str(path)] = volume
         return dirs
 
     def _start(
@@ -285,6 +295,7 @@ class Agent:
         for volume in pod_dict["spec"].get("volumes") or []:
             if "secret" in volume and volume["secret"]["secretName"] in secrets:
                 _write_files(volume_dirs[volume["name"]], secrets[volume["secret"]["secretName"]])
+        self._refresh_downward_api(pod_dict, running)
         relative = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
         speed = None if relative is None else relative * self.speed_scale
         env_master = self._master_port_map(pod_dict, dns)
@@ -376,6 +387,13 @@ class Agent:
             except ApiException:
                 continue
             _write_files(Path(volume_dir), data)
+
+    @staticmethod
+    def _refresh_downward_api(pod: dict[str, Any], running: RunningPod) -> None:
+        """Labels and annotations as the pod has them now (the worker watches for the checkpoint
+        annotation there), as a kubelet keeps a Downward API volume current."""
+        for volume_dir, volume in running.downward.items():
+            _write_files(Path(volume_dir), downward_api_files(pod, volume))
 
     def _report_exit(self, pod: Any, code: int, message: str | None, started_at: str = "") -> None:
         stamp = _now()

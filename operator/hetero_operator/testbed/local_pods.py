@@ -9,6 +9,7 @@ directories, and cluster DNS names of sibling pods resolve to their loopback add
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import sys
@@ -95,6 +96,21 @@ def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str) -> str:
     if match:
         return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
     raise ValueError(f"unsupported fieldRef {path!r}")
+
+
+def downward_api_files(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> dict[str, str]:
+    """The files of a Downward API volume, as a kubelet writes them: labels and annotations one
+    `key="value"` per line, sorted, the value a quoted string literal; other fields their value."""
+    files: dict[str, str] = {}
+    meta = pod.get("metadata", {})
+    for item in (volume.get("downwardAPI") or {}).get("items") or []:
+        path = (item.get("fieldRef") or {}).get("fieldPath", "")
+        if path in ("metadata.labels", "metadata.annotations"):
+            values = meta.get(path.split(".", 1)[1]) or {}
+            files[item["path"]] = "".join(f"{key}={json.dumps(str(values[key]))}\n" for key in sorted(values))
+        elif path:
+            files[item["path"]] = _field_ref(pod, path, pod.get("status", {}).get("podIP", ""))
+    return files
 
 
 def _expand(value: str, env: Mapping[str, str]) -> str:

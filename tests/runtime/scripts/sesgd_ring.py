@@ -2,23 +2,16 @@
 
 import json
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from rank_group import join
 
 from hetero_runtime.strategies.group_ring import group_ring_sum
 from hetero_runtime.strategies.sesgd import GroupSchedule
 
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group(
-    "gloo",
-    init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
-    rank=rank,
-    world_size=world,
-    timeout=timedelta(seconds=60),
-)
+rank, world, _ = join("gloo")
 groups, seed, steps = int(os.environ["GROUPS"]), int(os.environ["SEED"]), int(os.environ["STEPS"])
 schedule = GroupSchedule(world, groups, seed)
 # A 5-element vector so chunks of unequal size are exercised; element 0 carries x_i = i.

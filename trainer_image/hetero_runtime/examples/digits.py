@@ -40,7 +40,8 @@ def build_model(hidden: int = 64) -> nn.Sequential:
 
 
 def accuracy(model: nn.Module, data: TensorDataset) -> float:
-    inputs, targets = data.tensors
+    device = next(model.parameters()).device
+    inputs, targets = (tensor.to(device) for tensor in data.tensors)
     return float((model(inputs).argmax(dim=1) == targets).float().mean())
 
 

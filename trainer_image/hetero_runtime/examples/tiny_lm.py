@@ -71,7 +71,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
-        mask = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+        mask = torch.triu(torch.ones(length, length, dtype=torch.bool, device=x.device), diagonal=1)
         h = self.norm1(x)
         x = x + self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
         return x + self.mlp(self.norm2(x))
@@ -108,7 +108,8 @@ def build_job(epochs: int = 6, seed: int = 0) -> TrainingJob:
     model = build_model(len(alphabet))
 
     def evaluate(m: nn.Module) -> dict[str, float]:
-        inputs, targets = valid.tensors
+        device = next(m.parameters()).device
+        inputs, targets = (tensor.to(device) for tensor in valid.tensors)
         loss = float(sequence_loss(m(inputs), targets))
         return {"validation_loss": loss, "perplexity": math.exp(loss)}
 

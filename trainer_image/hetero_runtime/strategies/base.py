@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -12,11 +14,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
-from hetero_operator.plan import Plan
+from hetero_operator.plan import Plan, Precision
+from hetero_runtime.device import Placement, to_device
 from hetero_runtime.launcher import WorkerEnv
 from hetero_runtime.metrics import WorkerMetrics
+from hetero_runtime.precision import MixedPrecision
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
-from hetero_runtime.simulate import SpeedSimulator
+from hetero_runtime.simulate import SpeedSimulator, per_sample_seconds
+from hetero_runtime.stopping import StopRequests
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 EvaluateFn = Callable[[nn.Module], dict[str, float]]
@@ -32,6 +37,11 @@ class WorkerContext:
     metrics: WorkerMetrics
     simulator: SpeedSimulator
     sampler: UnevenBatchSampler
+    placement: Placement = field(default_factory=lambda: Placement(torch.device("cpu"), "gloo"))
+    amp: MixedPrecision = field(default_factory=lambda: MixedPrecision(Precision.FP32, torch.device("cpu")))
+    stop: StopRequests = field(default_factory=StopRequests)
+    costs: dict[str, float] = field(default_factory=dict)
+    """Per-sample seconds of each compute segment on the simulated base device (calibrated solo)."""
     base_learning_rates: list[float] = field(default_factory=list)
 
     @property
@@ -41,6 +51,18 @@ class WorkerContext:
     @property
     def world_size(self) -> int:
         return self.env.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+    def batch(self, indices: np.ndarray) -> Any:
+        """The samples at `indices`, collated and on this worker's device."""
+        return to_device(fetch_batch(self.dataset, indices), self.device, self.placement.pin_memory)
+
+    def full_speed_seconds(self, segment: str, samples: float) -> float:
+        """How long `samples` samples of a segment take on the base device (0 before calibration)."""
+        return self.costs.get(segment, 0.0) * samples
 
 
 @dataclass
@@ -54,6 +76,43 @@ class EpochStats:
     comm_seconds: float
     wall_seconds: float
     extra: dict[str, float] = field(default_factory=dict)
+    stopped_at: SamplerPosition | None = None
+    """Set when the ranks agreed to stop before the epoch's end (a checkpoint was requested): the
+    position after the last step every rank finished."""
+
+
+@dataclass
+class StepTotals:
+    """Running sums over an epoch's steps, turned into its EpochStats at the end."""
+
+    loss: float = 0.0
+    compute: float = 0.0
+    comm: float = 0.0
+    samples: int = 0
+    steps: int = 0
+    losses: int = 0  # how many losses were summed (steps, or rounds for esync)
+
+    def add(self, loss: float, compute: float, comm: float, samples: int, steps: int = 1) -> None:
+        self.loss += loss
+        self.losses += 1
+        self.compute += compute
+        self.comm += comm
+        self.samples += samples
+        self.steps += steps
+
+    def stats(
+        self, wall: float, extra: dict[str, float], stopped_at: SamplerPosition | None = None
+    ) -> EpochStats:
+        return EpochStats(
+            loss=self.loss / max(self.losses, 1),
+            samples=self.samples,
+            steps=self.steps,
+            compute_seconds=self.compute,
+            comm_seconds=self.comm,
+            wall_seconds=wall,
+            extra=extra,
+            stopped_at=stopped_at,
+        )
 
 
 class TrainingStrategy(Protocol):
@@ -70,6 +129,14 @@ class TrainingStrategy(Protocol):
 
     def evaluation_model(self) -> nn.Module | None:
         """The full model to evaluate and checkpoint on this rank, or None if this rank has none."""
+
+    def calibrate(self, plan: Plan) -> dict[str, float]:
+        """Per-sample seconds of each compute segment at this host's full speed, measured while no
+        other rank computes; must leave the model, its gradients and the random state as they were."""
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether every rank runs the same segments (then all take the slowest rank's calibration)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Strategy state beyond the model and the user's optimizer."""
@@ -88,11 +155,61 @@ def fetch_batch(dataset: Dataset[Any], indices: np.ndarray) -> Any:
     return default_collate([dataset[int(i)] for i in indices])
 
 
-def forward_loss(model: nn.Module, loss_fn: LossFn, batch: Any) -> torch.Tensor:
-    """Mean loss of a (inputs, targets) batch, moved to the model's device."""
+def forward_loss(
+    model: nn.Module, loss_fn: LossFn, batch: Any, amp: MixedPrecision | None = None
+) -> torch.Tensor:
+    """Mean loss of an (inputs, targets) batch already on the model's device, under autocast."""
     inputs, targets = batch
-    device = next(model.parameters()).device
-    return loss_fn(model(inputs.to(device)), targets.to(device))
+    if amp is None:
+        return loss_fn(model(inputs), targets)
+    with amp.autocast():
+        return loss_fn(model(inputs), targets)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (GPU kernels run asynchronously): before reading a clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def preserved_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> Iterator[None]:
+    """Run something (a calibration) that must leave no trace: parameters, buffers, gradients, the
+    optimizer's state and the random number generators are as they were afterwards."""
+    saved = copy.deepcopy(model.state_dict())
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved)
+        if optimizer is not None and saved_optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        for param, grad in zip(model.parameters(), grads, strict=True):
+            param.grad = grad
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def calibrate_step(ctx: WorkerContext, samples: int, with_optimizer_step: bool = False) -> dict[str, float]:
+    """The per-sample cost of one step's compute segment: batch fetch, forward and backward, and the
+    optimizer's step where the strategy's segment holds it (local-SGD strategies), at `samples`."""
+    indices = np.arange(min(max(samples, 1), ctx.sampler.dataset_size))
+
+    def step() -> None:
+        ctx.optimizer.zero_grad(set_to_none=True)
+        loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(indices), ctx.amp)
+        loss.backward()
+        if with_optimizer_step:
+            ctx.optimizer.step()
+        synchronize(ctx.device)
+
+    with preserved_state(ctx.model, ctx.optimizer):
+        cost = per_sample_seconds(step, len(indices))
+    return {"step": cost}
 
 
 def apply_learning_rate_scale(ctx: WorkerContext, scale: float) -> None:

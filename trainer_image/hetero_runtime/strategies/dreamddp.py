@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -23,14 +24,17 @@ from hetero_operator.plan import Plan
 from hetero_operator.planner.dreamddp import phase_of_step, schedule
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.sampler import SamplerPosition
+from hetero_runtime.stopping import LaggedVote
 from hetero_runtime.strategies.base import (
     EpochStats,
+    StepTotals,
     WorkerContext,
     apply_learning_rate_scale,
     average_model,
     broadcast_model,
-    fetch_batch,
     forward_loss,
+    preserved_state,
+    synchronize,
 )
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
@@ -55,6 +59,7 @@ def per_parameter_optimizers(optimizer: torch.optim.Optimizer) -> dict[nn.Parame
 
 class DreamDDPStrategy:
     name = "dreamddp"
+    symmetric = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -73,6 +78,9 @@ class DreamDDPStrategy:
         self._pending: dict[int, int] = {}
         self._handles: list[Any] = []
         self._synced: list[int] = []
+        self._layer_costs: list[float] = []
+        self._samples = 0
+        self._work_done = 0.0
         self._mark = ctx.simulator.begin()
         self._first_launch: float | None = None
         self._hook_action: Callable[[nn.Parameter], None] = self._train_hook
@@ -100,38 +108,66 @@ class DreamDDPStrategy:
         else:
             self.layer_phases = self._profiled_schedule(plan)
 
-    def _profiled_schedule(self, plan: Plan) -> list[list[int]]:
-        """Profile layer times, take the slowest rank's, and ask the planner for the schedule."""
+    def _measure_layers(self, samples: int) -> tuple[float, list[float]]:
+        """Real (unstretched) seconds of the forward pass and of each layer's backward, averaged over
+        PROFILE_STEPS; nothing is updated (the profile hook drops the gradients)."""
         ctx = self.ctx
-        batch = fetch_batch(ctx.dataset, torch.arange(max(1, plan.local_batches[ctx.rank])).numpy())
-        backward = torch.zeros(len(self.layers), dtype=torch.float64)
+        batch = ctx.batch(np.arange(min(max(1, samples), ctx.sampler.dataset_size)))
+        backward = [0.0] * len(self.layers)
         forward = 0.0
         ends: dict[int, float] = {}
         self._hook_action = lambda p: self._profile_hook(p, ends)
-        for _ in range(PROFILE_STEPS):
-            self._pending = {i: len(params) for i, params in enumerate(self.layer_params)}
-            watch = ctx.simulator.begin()
-            loss = forward_loss(ctx.model, ctx.loss_fn, batch)
-            forward += ctx.simulator.finish(watch)
-            self._mark = ctx.simulator.begin()
-            start = self._mark.wall
-            loss.backward()
-            previous = start
-            for index in range(len(self.layers)):
-                backward[index] += ends[index] - previous
-                previous = ends[index]
-        self._hook_action = self._train_hook
-        comm = torch.zeros(len(self.layers), dtype=torch.float64)
-        for index, params in enumerate(self.layer_params):
+        try:
+            for _ in range(PROFILE_STEPS):
+                self._pending = {i: len(params) for i, params in enumerate(self.layer_params)}
+                start = time.perf_counter()
+                loss = forward_loss(ctx.model, ctx.loss_fn, batch, ctx.amp)
+                synchronize(ctx.device)
+                previous = time.perf_counter()
+                forward += previous - start
+                loss.backward()
+                for index in range(len(self.layers)):
+                    backward[index] += ends[index] - previous
+                    previous = ends[index]
+        finally:
+            self._hook_action = self._train_hook
+        return forward / PROFILE_STEPS, [t / PROFILE_STEPS for t in backward]
+
+    def calibrate(self, plan: Plan) -> dict[str, float]:
+        samples = max(1, plan.global_batch // plan.world_size)
+        with preserved_state(self.ctx.model):
+            self._measure_layers(samples)  # warm-up
+            forward, backward = self._measure_layers(samples)
+        costs = {"forward": forward / samples}
+        costs.update({f"layer{i}": t / samples for i, t in enumerate(backward)})
+        return costs
+
+    def _step_costs(self) -> tuple[float, list[float]]:
+        """Per-sample seconds of the forward pass and of each layer's backward on the base device."""
+        costs = self.ctx.costs
+        return costs.get("forward", 0.0), [costs.get(f"layer{i}", 0.0) for i in range(len(self.layers))]
+
+    def _profiled_schedule(self, plan: Plan) -> list[list[int]]:
+        """Profile layer times, take the slowest rank's, and ask the planner for the schedule. A
+        simulated GPU's times are its calibrated ones at its simulated speed."""
+        ctx = self.ctx
+        samples = max(1, plan.local_batches[ctx.rank])
+        if ctx.simulator.active and ctx.costs:
+            forward, backward = self._step_costs()
+            scale = samples / ctx.simulator.speed
+            forward, backward = forward * scale, [t * scale for t in backward]
+        else:
+            forward, backward = self._measure_layers(samples)
+        comm = []
+        for params in self.layer_params:
             flat = torch.cat([p.data.reshape(-1) for p in params])
             t0 = time.perf_counter()
             for _ in range(PROFILE_STEPS):
                 if ctx.world_size > 1:
                     dist.all_reduce(flat.clone())
-            comm[index] = (time.perf_counter() - t0) / PROFILE_STEPS
-        times = torch.cat(
-            [backward / PROFILE_STEPS, comm, torch.tensor([forward / PROFILE_STEPS], dtype=torch.float64)]
-        )
+            synchronize(ctx.device)
+            comm.append((time.perf_counter() - t0) / PROFILE_STEPS)
+        times = torch.tensor([*backward, *comm, forward], dtype=torch.float64, device=ctx.device)
         if ctx.world_size > 1:
             dist.all_reduce(times, op=dist.ReduceOp.MAX)  # collectives wait for the slowest rank
         ms = (times * 1000.0).tolist()
@@ -149,9 +185,8 @@ class DreamDDPStrategy:
         param.grad = None
         self._pending[layer] -= 1
         if self._pending[layer] == 0:
-            self.ctx.simulator.finish(self._mark)
-            self._mark = self.ctx.simulator.begin()
-            ends[layer] = self._mark.wall
+            synchronize(self.ctx.device)
+            ends[layer] = time.perf_counter()
 
     def _train_hook(self, param: nn.Parameter) -> None:
         layer = self.layer_of[param]
@@ -160,11 +195,14 @@ class DreamDDPStrategy:
         self._pending[layer] -= 1
         if self._pending[layer] > 0:
             return
-        self.ctx.simulator.finish(self._mark)
-        self._mark = self.ctx.simulator.begin()
+        # The layer's backward is done: on a simulated GPU it ends at its calibrated share of the step.
+        self._work_done += self._layer_costs[layer] * self._samples
+        if self.ctx.simulator.active:
+            synchronize(self.ctx.device)
+            self.ctx.simulator.pace(self._mark, self._work_done)
         if self._phase in self.layer_phases[layer] and self.ctx.world_size > 1:
             if self._first_launch is None:
-                self._first_launch = self._mark.wall
+                self._first_launch = time.perf_counter()
             for p in self.layer_params[layer]:  # fixed order on every rank
                 self._handles.append(dist.all_reduce(p.data, async_op=True))
             self._synced.append(layer)
@@ -181,24 +219,38 @@ class DreamDDPStrategy:
             differing += int(not torch.equal(high, low))
         return differing
 
+    def _step(self, indices: np.ndarray, local_batch: int) -> tuple[float, float]:
+        """Forward, then backward with each layer updated (and averaged in its phase) as it
+        finishes; (loss, seconds until backward ended, stretched on a simulated GPU)."""
+        ctx = self.ctx
+        self._pending = {i: len(params) for i, params in enumerate(self.layer_params)}
+        self._handles, self._synced, self._first_launch = [], [], None
+        forward_cost, self._layer_costs = self._step_costs()
+        self._samples, self._work_done = local_batch, forward_cost * local_batch
+        self._mark = ctx.simulator.begin()
+        loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(indices), ctx.amp)
+        if ctx.simulator.active:
+            synchronize(ctx.device)
+            ctx.simulator.pace(self._mark, self._work_done)
+        loss.backward()
+        synchronize(ctx.device)
+        compute = ctx.simulator.finish(self._mark, self._work_done)
+        return float(loss.detach()), compute
+
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx = self.ctx
         ctx.model.train()
-        loss_sum = compute_sum = comm_sum = 0.0
-        samples = steps = checks = differing = 0
+        totals = StepTotals()
+        vote = LaggedVote(ctx.world_size, ctx.device)
+        checks = differing = 0
         started = time.perf_counter()
+        stopped_at = None
         for step in ctx.sampler.epoch(position, plan.local_batches):
             t0 = time.perf_counter()
             local_batch = step.sizes[ctx.rank]
             self._phase = phase_of_step(self.global_step, self.period)
-            self._pending = {i: len(params) for i, params in enumerate(self.layer_params)}
-            self._handles, self._synced, self._first_launch = [], [], None
-            watch = ctx.simulator.begin()
-            loss = forward_loss(ctx.model, ctx.loss_fn, fetch_batch(ctx.dataset, step.indices))
-            ctx.simulator.finish(watch)
-            self._mark = ctx.simulator.begin()
-            loss.backward()
-            backward_done = time.perf_counter()
+            loss, compute = self._step(step.indices, local_batch)
+            backward_done = t0 + compute
             with torch.no_grad():
                 for handle in self._handles:
                     handle.wait()
@@ -208,30 +260,24 @@ class DreamDDPStrategy:
             if self.verify and ctx.world_size > 1:
                 checks += len(self._synced)
                 differing += self._layers_identical(self._synced)
+            stop = vote.cast(ctx.stop.requested())
             end = time.perf_counter()
-            compute, comm = backward_done - t0, end - backward_done
             sync_start = (self._first_launch or backward_done) - t0
-            ctx.metrics.record_step(StepRecord(compute, sync_start, comm, end - t0, local_batch))
-            ctx.metrics.set_loss(float(loss.detach()))
+            ctx.metrics.record_step(
+                StepRecord(compute, sync_start, end - backward_done, end - t0, local_batch)
+            )
+            ctx.metrics.set_loss(loss)
             self.global_step += 1
-            loss_sum += float(loss.detach())
-            compute_sum += compute
-            comm_sum += comm
-            samples += local_batch
-            steps += 1
+            totals.add(loss, compute, end - backward_done, local_batch)
+            if stop:
+                stopped_at = step.position_after
+                break
+        vote.settle()
         average_model(ctx.model, ctx.world_size)
         extra: dict[str, float] = {"period": float(self.period)}
         if self.verify:
             extra |= {"layer_checks": float(checks), "layers_not_identical_after_phase": float(differing)}
-        return EpochStats(
-            loss=loss_sum / max(steps, 1),
-            samples=samples,
-            steps=steps,
-            compute_seconds=compute_sum,
-            comm_seconds=comm_sum,
-            wall_seconds=time.perf_counter() - started,
-            extra=extra,
-        )
+        return totals.stats(time.perf_counter() - started, extra, stopped_at)
 
     def evaluation_model(self) -> nn.Module:
         return self.ctx.model

@@ -19,19 +19,22 @@ import torch.distributed as dist
 from torch import nn
 
 from hetero_operator.plan import ESyncParams, Plan
-from hetero_runtime.esync_service import StateClient, start_service_process
+from hetero_runtime.esync_service import StateClient
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.sampler import SamplerPosition, epoch_order
 from hetero_runtime.strategies.base import (
     EpochStats,
+    StepTotals,
     WorkerContext,
     apply_learning_rate_scale,
     broadcast_model,
+    calibrate_step,
     copy_from_flat,
-    fetch_batch,
     forward_loss,
+    synchronize,
     trainable,
 )
+from hetero_runtime.strategies.side_services import connect_state_service
 
 
 class _OwnStream:
@@ -52,6 +55,7 @@ class _OwnStream:
 
 class ESyncStrategy:
     name = "esync"
+    symmetric = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -66,22 +70,45 @@ class ESyncStrategy:
         if ctx.world_size > 1:
             broadcast_model(ctx.model)
         self.apply_plan(plan)
-        port = self.params_config.state_service_port or ctx.env.master_port + 1
-        if ctx.rank == 0:
-            self.service = start_service_process(port, ctx.world_size, self.params_config.margin_seconds)
-        self.client = StateClient(ctx.env.master_addr, port)
+        self.service, self.client = connect_state_service(ctx, self.params_config)
         # RUN-BATCH-DATA-TEST: every worker reports a measured step time before the first round.
-        batch = fetch_batch(ctx.dataset, np.arange(plan.local_batches[ctx.rank]))
+        local_batch = plan.local_batches[ctx.rank]
+        batch = ctx.batch(np.arange(local_batch))
         watch = ctx.simulator.begin()
-        forward_loss(ctx.model, ctx.loss_fn, batch).backward()
+        ctx.amp.backward(forward_loss(ctx.model, ctx.loss_fn, batch, ctx.amp))
         ctx.optimizer.zero_grad(set_to_none=True)
-        self.client.query(ctx.rank, 0, ctx.simulator.finish(watch))
+        synchronize(ctx.device)
+        self.client.query(
+            ctx.rank, 0, ctx.simulator.finish(watch, ctx.full_speed_seconds("step", local_batch))
+        )
         if ctx.world_size > 1:
             dist.barrier()
 
     def apply_plan(self, plan: Plan) -> None:
         self.params_config = plan.esync or ESyncParams()
         apply_learning_rate_scale(self.ctx, plan.learning_rate_scale)
+
+    def calibrate(self, plan: Plan) -> dict[str, float]:
+        return calibrate_step(self.ctx, plan.global_batch // plan.world_size, with_optimizer_step=True)
+
+    def _local_steps(self, stream: _OwnStream, local_batch: int) -> tuple[int, float, float]:
+        """Local steps until the state service says READY: (steps, summed loss, compute seconds)."""
+        ctx = self.ctx
+        assert self.client is not None
+        k, loss_sum, compute = 0, 0.0, 0.0
+        step_seconds = 0.0
+        while not self.client.query(ctx.rank, k, step_seconds):
+            watch = ctx.simulator.begin()
+            ctx.optimizer.zero_grad(set_to_none=True)
+            loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(stream.take(local_batch)), ctx.amp)
+            loss.backward()
+            ctx.optimizer.step()
+            synchronize(ctx.device)
+            step_seconds = ctx.simulator.finish(watch, ctx.full_speed_seconds("step", local_batch))
+            k += 1
+            loss_sum += float(loss.detach())
+            compute += step_seconds
+        return k, loss_sum, compute
 
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx = self.ctx
@@ -91,70 +118,50 @@ class ESyncStrategy:
         stream = _OwnStream(dataset_size, ctx.env.seed, position.epoch, ctx.rank)
         local_batch = plan.local_batches[ctx.rank]
         consumed = position.consumed
-        loss_sum = compute_sum = comm_sum = 0.0
-        samples = steps = rounds = 0
+        totals = StepTotals()
         round_steps: list[int] = []
         started = time.perf_counter()
+        stopped_at = None
         while consumed < dataset_size:
             with torch.no_grad():
                 start_weights = torch.cat([p.data.reshape(-1) for p in self.params])
-            k, round_samples, round_loss = 0, 0, 0.0
             round_started = time.perf_counter()
-            step_seconds = 0.0
-            while not self.client.query(ctx.rank, k, step_seconds):
-                watch = ctx.simulator.begin()
-                ctx.optimizer.zero_grad(set_to_none=True)
-                loss = forward_loss(
-                    ctx.model, ctx.loss_fn, fetch_batch(ctx.dataset, stream.take(local_batch))
-                )
-                loss.backward()
-                ctx.optimizer.step()
-                step_seconds = ctx.simulator.finish(watch)
-                k += 1
-                round_samples += local_batch
-                round_loss += float(loss.detach())
-                compute_sum += step_seconds
+            k, round_loss, compute = self._local_steps(stream, local_batch)
             sync_start = time.perf_counter()
             with torch.no_grad():
                 delta = torch.cat([p.data.reshape(-1) for p in self.params]) - start_weights
-                buffer = torch.cat([delta, delta.new_tensor([round_samples, round_loss / k])])
+                stop = 1.0 if ctx.stop.requested() else 0.0
+                buffer = torch.cat([delta, delta.new_tensor([k * local_batch, round_loss / k, stop])])
                 if ctx.world_size > 1:
                     dist.all_reduce(buffer)
                 scale = self.params_config.global_learning_rate / ctx.world_size
-                copy_from_flat(self.params, start_weights + scale * buffer[:-2])
+                copy_from_flat(self.params, start_weights + scale * buffer[:-3])
+                round_samples, loss_total, stops = buffer[-3:].tolist()
             self.round += 1
             self.client.reset(ctx.rank, self.round)
             comm = time.perf_counter() - sync_start
-            consumed += int(buffer[-2])
+            consumed += int(round_samples)
             ctx.metrics.record_step(
                 StepRecord(
                     compute_seconds=sync_start - round_started,
                     sync_start_seconds=sync_start - round_started,
                     comm_seconds=comm,
                     step_seconds=time.perf_counter() - round_started,
-                    local_batch=round_samples,
+                    local_batch=k * local_batch,
                 )
             )
             ctx.metrics.set_local_steps(k)
-            ctx.metrics.set_loss(float(buffer[-1]) / ctx.world_size)
+            ctx.metrics.set_loss(loss_total / ctx.world_size)
             round_steps.append(k)
-            loss_sum += float(buffer[-1]) / ctx.world_size
-            comm_sum += comm
-            samples += round_samples
-            steps += k
-            rounds += 1
-        return EpochStats(
-            loss=loss_sum / max(rounds, 1),
-            samples=samples,
-            steps=steps,
-            compute_seconds=compute_sum,
-            comm_seconds=comm_sum,
-            wall_seconds=time.perf_counter() - started,
-            extra={
-                "rounds": float(rounds),
-                "mean_local_steps": float(np.mean(round_steps)) if round_steps else 0.0,
-            },
-        )
+            totals.add(loss_total / ctx.world_size, compute, comm, k * local_batch, steps=k)
+            if stops > 0 and consumed < dataset_size:
+                stopped_at = SamplerPosition(position.epoch, consumed)
+                break
+        extra = {
+            "rounds": float(len(round_steps)),
+            "mean_local_steps": float(np.mean(round_steps)) if round_steps else 0.0,
+        }
+        return totals.stats(time.perf_counter() - started, extra, stopped_at)
 
     def close(self) -> None:
         if self.client is not None:

@@ -15,6 +15,7 @@ and waiting for the parameter server does not overlap the pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,38 +30,47 @@ from torch import nn
 
 from hetero_operator.plan import HetPipeParams, Plan
 from hetero_operator.planner.wsp import may_start, required_global_clock
-from hetero_runtime.hetpipe_ps import ParameterServerClient, start_server_process
+from hetero_runtime.device import model_device
+from hetero_runtime.hetpipe_ps import ParameterServerClient
 from hetero_runtime.metrics import StepRecord
+from hetero_runtime.precision import MixedPrecision
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
-from hetero_runtime.simulate import SpeedSimulator
+from hetero_runtime.simulate import SpeedSimulator, per_sample_seconds
 from hetero_runtime.strategies.base import (
     EpochStats,
     LossFn,
+    StepTotals,
     WorkerContext,
     apply_learning_rate_scale,
     broadcast_model,
-    fetch_batch,
+    preserved_state,
+    synchronize,
 )
 from hetero_runtime.strategies.hetpipe_layout import StagePlace, place_of
+from hetero_runtime.strategies.side_services import connect_parameter_server
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
 _MAX_DIMS = 8
+# Activations travel in the dtype autocast gave them (bf16 under mixed precision).
+_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
 
 def send_activation(tensor: torch.Tensor, to_rank: int, keep: list[Any]) -> None:
-    """Non-blocking send of a shape header and the data (kept alive in `keep` until waited)."""
-    header = torch.zeros(_MAX_DIMS + 1, dtype=torch.long)
+    """Non-blocking send of a header (shape, dtype) and the data, on the tensor's device (kept alive
+    in `keep` until waited)."""
+    header = torch.zeros(_MAX_DIMS + 2, dtype=torch.long, device=tensor.device)
     header[0] = tensor.dim()
-    header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape)
+    header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, device=tensor.device)
+    header[-1] = _DTYPES.index(tensor.dtype)
     payload = tensor.detach().contiguous()
     keep.extend([dist.isend(header, to_rank), dist.isend(payload, to_rank), header, payload])
 
 
-def receive_activation(from_rank: int) -> torch.Tensor:
-    header = torch.empty(_MAX_DIMS + 1, dtype=torch.long)
+def receive_activation(from_rank: int, device: torch.device) -> torch.Tensor:
+    header = torch.empty(_MAX_DIMS + 2, dtype=torch.long, device=device)
     dist.recv(header, from_rank)
-    shape = [int(x) for x in header[1 : 1 + int(header[0])]]
-    payload = torch.empty(shape)
+    values = header.tolist()
+    payload = torch.empty(values[1 : 1 + values[0]], dtype=_DTYPES[values[-1]], device=device)
     dist.recv(payload, from_rank)
     return payload
 
@@ -76,17 +86,35 @@ class PipelineStage:
     """One rank's slice of the model and its part of a wave's forward and backward passes."""
 
     def __init__(
-        self, layers: nn.Sequential, place: StagePlace, loss_fn: LossFn, simulator: SpeedSimulator
+        self,
+        layers: nn.Sequential,
+        place: StagePlace,
+        loss_fn: LossFn,
+        simulator: SpeedSimulator,
+        amp: MixedPrecision | None = None,
     ) -> None:
         self.loss_fn = loss_fn
         self.simulator = simulator
+        self.amp = amp
         self.place = place
         self.module = nn.Sequential(*list(layers)[place.first_layer : place.end_layer])
         self.params = [p for p in self.module.parameters() if p.requires_grad]
+        self.device = model_device(layers)
+        self.costs: dict[str, float] = {}  # per-sample seconds of "forward" and "backward" (calibrated)
 
     @property
     def is_last(self) -> bool:
         return self.place.next_rank is None
+
+    def _forward(self, x: torch.Tensor, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """This stage's output and, on the last stage, the backpropagated loss."""
+        context = self.amp.autocast() if self.amp is not None else contextlib.nullcontext()
+        with context:
+            out = self.module(x)
+            loss = self.loss_fn(out, targets) if self.is_last else None
+        if loss is not None:
+            loss.backward()
+        return out, loss
 
     def run_wave(self, batches: list[Any]) -> tuple[float, float]:
         """Forward and backward of every minibatch of a wave; gradients accumulate over the wave.
@@ -95,44 +123,76 @@ class PipelineStage:
         stage reads inputs, the last reads targets). Returns (summed loss, compute seconds).
         """
         keep: list[Any] = []
-        pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        pending: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         loss_total = compute = 0.0
         for inputs, targets in batches:
+            samples = len(targets)
             if self.place.previous_rank is None:
                 x = inputs
             else:
-                x = receive_activation(self.place.previous_rank).requires_grad_()
+                x = receive_activation(self.place.previous_rank, self.device).requires_grad_()
             watch = self.simulator.begin()
-            out = self.module(x)
-            if self.is_last:
-                loss = self.loss_fn(out, targets)
-                loss.backward()
+            out, loss = self._forward(x, targets)
+            synchronize(self.device)
+            segment = "forward_backward" if self.is_last else "forward"
+            compute += self.simulator.finish(watch, self.costs.get(segment, 0.0) * samples)
+            if loss is not None:
                 loss_total += float(loss.detach())
-            compute += self.simulator.finish(watch)
-            if self.is_last:
                 if self.place.previous_rank is not None:
                     assert x.grad is not None
                     keep.extend([dist.isend(x.grad.contiguous(), self.place.previous_rank), x.grad])
             else:
                 assert self.place.next_rank is not None
                 send_activation(out, self.place.next_rank, keep)
-                pending.append((x, out))
-        for x, out in pending:  # backward in minibatch order (FIFO)
+                pending.append((x, out, samples))
+        for x, out, samples in pending:  # backward in minibatch order (FIFO)
             assert self.place.next_rank is not None
             grad = torch.empty_like(out)
             dist.recv(grad, self.place.next_rank)
             watch = self.simulator.begin()
             out.backward(grad)
-            compute += self.simulator.finish(watch)
+            synchronize(self.device)
+            compute += self.simulator.finish(watch, self.costs.get("backward", 0.0) * samples)
             if self.place.previous_rank is not None:
                 assert x.grad is not None
                 keep.extend([dist.isend(x.grad.contiguous(), self.place.previous_rank), x.grad])
         wait_all(keep)
         return loss_total, compute
 
+    def calibrate(self, layers: nn.Sequential, batch: Any) -> dict[str, float]:
+        """Per-sample seconds of this stage's forward and backward, on inputs made locally by the
+        layers before it (no other rank computes meanwhile)."""
+        inputs, targets = batch
+        with torch.no_grad():
+            x = (
+                nn.Sequential(*list(layers)[: self.place.first_layer])(inputs)
+                if self.place.first_layer
+                else inputs
+            )
+        samples = len(targets)
+        x = x.detach().requires_grad_(self.place.previous_rank is not None)
+        if self.is_last:
+            return {"forward_backward": per_sample_seconds(lambda: self._timed_forward(x, targets), samples)}
+        grad = torch.ones_like(self._forward(x, targets)[0])
+        forward = per_sample_seconds(lambda: self._timed_forward(x, targets), samples)
+        backward = per_sample_seconds(lambda: self._timed_backward(x, targets, grad), samples)
+        return {"forward": forward, "backward": max(backward - forward, 0.0)}
+
+    def _timed_forward(self, x: torch.Tensor, targets: Any) -> None:
+        """A forward pass (and the loss's backward, on the last stage)."""
+        self._forward(x, targets)
+        synchronize(self.device)
+
+    def _timed_backward(self, x: torch.Tensor, targets: Any, grad: torch.Tensor) -> None:
+        """Forward then backward (a backward needs its graph); the forward's time is taken off later."""
+        out, _ = self._forward(x, targets)
+        out.backward(grad)
+        synchronize(self.device)
+
 
 class HetPipeStrategy:
     name = "hetpipe"
+    symmetric = False  # each stage calibrates its own slice of the model
 
     def __init__(self, ctx: WorkerContext, options: dict[str, Any]) -> None:
         layers = options.get("layers")
@@ -152,21 +212,32 @@ class HetPipeStrategy:
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self.trace: list[dict[str, int]] = []
 
+    def _place(self, plan: Plan) -> PipelineStage:
+        if self.stage is None:
+            assert plan.hetpipe is not None
+            self.params = plan.hetpipe
+            place = place_of(plan.hetpipe, self.ctx.rank, len(self.layers))
+            self.stage = PipelineStage(self.layers, place, self.ctx.loss_fn, self.ctx.simulator, self.ctx.amp)
+        return self.stage
+
+    def calibrate(self, plan: Plan) -> dict[str, float]:
+        stage = self._place(plan)
+        samples = max(1, max(plan.local_batches))
+        batch = self.ctx.batch(np.arange(min(samples, self.ctx.sampler.dataset_size)))
+        with preserved_state(self.layers):
+            return stage.calibrate(self.layers, batch)
+
     def start(self, plan: Plan) -> None:
         ctx = self.ctx
-        assert plan.hetpipe is not None
-        self.params = plan.hetpipe
-        place = place_of(plan.hetpipe, ctx.rank, len(self.layers))
-        self.stage = PipelineStage(self.layers, place, ctx.loss_fn, ctx.simulator)
+        stage = self._place(plan)
+        stage.costs = dict(ctx.costs)
+        assert self.params is not None
         apply_learning_rate_scale(ctx, plan.learning_rate_scale)
         if ctx.world_size > 1:
             broadcast_model(self.layers)
-        port = ctx.env.master_port + 2
+        self.server, self.client = connect_parameter_server(ctx, self.params)
         if ctx.rank == 0:
-            self.server = start_server_process(port, [len(vw) for vw in plan.hetpipe.virtual_workers])
-        self.client = ParameterServerClient(ctx.env.master_addr, port)
-        if ctx.rank == 0:
-            self.client.initialize({name: p.detach().numpy().copy() for p, name in self.names.items()})
+            self.client.initialize({name: host_copy(p) for p, name in self.names.items()})
         if ctx.world_size > 1:
             dist.barrier()
 
@@ -182,57 +253,67 @@ class HetPipeStrategy:
         weights, clock = self.client.pull([self.names[p] for p in params], min_clock)
         with torch.no_grad():
             for p in params:
-                p.copy_(torch.from_numpy(weights[self.names[p]]))
+                p.copy_(torch.from_numpy(weights[self.names[p]]).to(p.device, non_blocking=True))
         return clock
+
+    def _wave(
+        self, wave: list[Any], stage: PipelineStage, params: HetPipeParams
+    ) -> tuple[float, float, float, int | None]:
+        """Pull (past the WSP gate), run and push one wave: (loss, compute s, comm s, stop_after)."""
+        ctx = self.ctx
+        assert self.client is not None
+        nm = params.microbatches_in_flight
+        t0 = time.perf_counter()
+        last_p = self.minibatches_done + len(wave)
+        clock = self._pull(stage.params, required_global_clock(last_p, nm, params.staleness_bound))
+        wave_numbers = range(self.minibatches_done + 1, last_p + 1)
+        if self.verify:
+            self.trace.extend(
+                {"p": n, "completed": self.minibatches_done, "global_clock": clock} for n in wave_numbers
+            )
+        if not all(
+            may_start(n, nm, params.staleness_bound, self.minibatches_done, clock) for n in wave_numbers
+        ):
+            raise RuntimeError("WSP gate violated: the parameter server returned too early")
+        pulled = time.perf_counter()
+        before = [p.detach().clone() for p in stage.params]
+        for p in stage.params:
+            p.grad = None
+        loss, compute = stage.run_wave([ctx.batch(s.indices) for s in wave])
+        ctx.optimizer.step()
+        push_start = time.perf_counter()
+        deltas = {self.names[p]: host_copy(p.detach() - b) for p, b in zip(stage.params, before, strict=True)}
+        _, stop_after = self.client.push(
+            stage.place.virtual_worker, stage.place.stage, self.waves_done, deltas, ctx.stop.requested()
+        )
+        end = time.perf_counter()
+        self.waves_done += 1
+        self.minibatches_done = last_p
+        wave_samples = sum(len(s.indices) for s in wave) if stage.place.stage == 0 else 0
+        comm = (pulled - t0) + (end - push_start)
+        ctx.metrics.record_step(StepRecord(compute, pulled - t0, comm, end - t0, wave_samples))
+        return loss, compute, comm, stop_after
 
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx, stage, params = self.ctx, self.stage, self.params
-        assert stage is not None and params is not None and self.client is not None
+        assert stage is not None and params is not None
         vw_batches = [plan.local_batches[ranks[0]] for ranks in params.virtual_workers]
         sampler = UnevenBatchSampler(ctx.sampler.dataset_size, stage.place.virtual_worker, ctx.env.seed)
         steps = [s for s in sampler.epoch(position, vw_batches) if len(s.indices)]
         nm = params.microbatches_in_flight
-        loss_sum = compute_sum = comm_sum = 0.0
-        samples = 0
+        totals = StepTotals()
         started = time.perf_counter()
+        stopped_at = None
         for first in range(0, len(steps), nm):
             wave = steps[first : first + nm]
-            t0 = time.perf_counter()
-            last_p = self.minibatches_done + len(wave)
-            clock = self._pull(stage.params, required_global_clock(last_p, nm, params.staleness_bound))
-            wave_numbers = range(self.minibatches_done + 1, last_p + 1)
-            if self.verify:
-                for number in wave_numbers:
-                    self.trace.append(
-                        {"p": number, "completed": self.minibatches_done, "global_clock": clock}
-                    )
-            if not all(
-                may_start(n, nm, params.staleness_bound, self.minibatches_done, clock) for n in wave_numbers
-            ):
-                raise RuntimeError("WSP gate violated: the parameter server returned too early")
-            pulled = time.perf_counter()
-            before = [p.detach().clone() for p in stage.params]
-            for p in stage.params:
-                p.grad = None
-            batches = [fetch_batch(ctx.dataset, s.indices) for s in wave]
-            loss, compute = stage.run_wave(batches)
-            ctx.optimizer.step()
-            push_start = time.perf_counter()
-            deltas = {
-                self.names[p]: (p.detach() - b).numpy() for p, b in zip(stage.params, before, strict=True)
-            }
-            self.client.push(stage.place.virtual_worker, stage.place.stage, self.waves_done, deltas)
-            end = time.perf_counter()
-            self.waves_done += 1
-            self.minibatches_done = last_p
-            wave_samples = sum(len(s.indices) for s in wave) if stage.place.stage == 0 else 0
-            comm = (pulled - t0) + (end - push_start)
-            ctx.metrics.record_step(StepRecord(compute, pulled - t0, comm, end - t0, wave_samples))
-            loss_sum += loss
-            compute_sum += compute
-            comm_sum += comm
-            samples += wave_samples
-        # Epoch boundary: every VW has pushed everything; every rank takes the full global model.
+            loss, compute, comm, stop_after = self._wave(wave, stage, params)
+            samples = sum(len(s.indices) for s in wave) if stage.place.stage == 0 else 0
+            totals.add(loss / len(wave), compute, comm, samples, steps=len(wave))
+            if stop_after is not None and self.waves_done >= stop_after and first + nm < len(steps):
+                stopped_at = wave[-1].position_after
+                break
+        # Epoch boundary (or an agreed stop): every VW has pushed everything; every rank takes the
+        # full global model.
         if ctx.world_size > 1:
             dist.barrier()
         self._pull([p for p in self.layers.parameters() if p.requires_grad], 0)
@@ -241,16 +322,11 @@ class HetPipeStrategy:
             trace_file.write_text(
                 json.dumps({"nm": nm, "staleness": params.staleness_bound, "trace": self.trace})
             )
-        losses = float(np.sum(loss_sum))
-        return EpochStats(
-            loss=losses / max(len(steps), 1) if stage.is_last else 0.0,
-            samples=samples,
-            steps=len(steps),
-            compute_seconds=compute_sum,
-            comm_seconds=comm_sum,
-            wall_seconds=time.perf_counter() - started,
-            extra={"virtual_worker": float(stage.place.virtual_worker), "stage": float(stage.place.stage)},
-        )
+        extra = {"virtual_worker": float(stage.place.virtual_worker), "stage": float(stage.place.stage)}
+        stats = totals.stats(time.perf_counter() - started, extra, stopped_at)
+        if not stage.is_last:
+            stats.loss = 0.0
+        return stats
 
     def evaluation_model(self) -> nn.Module:
         return self.ctx.model
@@ -267,3 +343,8 @@ class HetPipeStrategy:
         if self.server is not None:
             self.server.terminate()
             self.server.wait(timeout=10)
+
+
+def host_copy(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's values for the parameter server, which keeps fp32 master weights in host memory."""
+    return tensor.detach().to("cpu", torch.float32).numpy()

@@ -20,15 +20,18 @@ from hetero_operator.plan import Plan
 from hetero_operator.planner.sesgd import group_schedule
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.sampler import SamplerPosition
+from hetero_runtime.stopping import LaggedVote
 from hetero_runtime.strategies.base import (
     EpochStats,
+    StepTotals,
     WorkerContext,
     apply_learning_rate_scale,
     average_model,
     broadcast_model,
+    calibrate_step,
     copy_from_flat,
-    fetch_batch,
     forward_loss,
+    synchronize,
     trainable,
 )
 from hetero_runtime.strategies.group_ring import group_ring_sum
@@ -54,6 +57,7 @@ class GroupSchedule:
 
 class SESGDStrategy:
     name = "sesgd"
+    symmetric = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -90,49 +94,48 @@ class SESGDStrategy:
         dist.all_reduce(total)
         return total
 
+    def calibrate(self, plan: Plan) -> dict[str, float]:
+        return calibrate_step(self.ctx, plan.global_batch // plan.world_size, with_optimizer_step=True)
+
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx = self.ctx
         assert self.schedule is not None
         ctx.model.train()
-        loss_sum = compute_sum = comm_sum = 0.0
-        samples = steps = 0
+        totals = StepTotals()
+        vote = LaggedVote(ctx.world_size, ctx.device)
         worst_mean_drift = 0.0
         started = time.perf_counter()
+        stopped_at = None
         for step in ctx.sampler.epoch(position, plan.local_batches):
             t0 = time.perf_counter()
             watch = ctx.simulator.begin()
             local_batch = step.sizes[ctx.rank]
             ctx.optimizer.zero_grad(set_to_none=True)
-            loss = forward_loss(ctx.model, ctx.loss_fn, fetch_batch(ctx.dataset, step.indices))
+            loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(step.indices), ctx.amp)
             loss.backward()
             ctx.optimizer.step()  # x̂ = x − η∇f(x): the local step comes before the averaging
-            compute = ctx.simulator.finish(watch)
+            synchronize(ctx.device)
+            compute = ctx.simulator.finish(watch, ctx.full_speed_seconds("step", local_batch))
             sync_start = time.perf_counter()
             if ctx.world_size > 1:
                 members = self.schedule.members_of(self.global_step, ctx.rank)
                 worst_mean_drift = max(worst_mean_drift, self._average_in_group(members))
+            stop = vote.cast(ctx.stop.requested())
             comm = time.perf_counter() - sync_start
             self.global_step += 1
             ctx.metrics.record_step(
                 StepRecord(compute, sync_start - t0, comm, time.perf_counter() - t0, local_batch)
             )
-            ctx.metrics.set_loss(float(loss.detach()))
-            loss_sum += float(loss.detach())
-            compute_sum += compute
-            comm_sum += comm
-            samples += local_batch
-            steps += 1
+            step_loss = float(loss.detach())
+            ctx.metrics.set_loss(step_loss)
+            totals.add(step_loss, compute, comm, local_batch)
+            if stop:
+                stopped_at = step.position_after
+                break
+        vote.settle()
         average_model(ctx.model, ctx.world_size)
         extra = {"relative_mean_drift": worst_mean_drift} if self.verify else {}
-        return EpochStats(
-            loss=loss_sum / max(steps, 1),
-            samples=samples,
-            steps=steps,
-            compute_seconds=compute_sum,
-            comm_seconds=comm_sum,
-            wall_seconds=time.perf_counter() - started,
-            extra=extra,
-        )
+        return totals.stats(time.perf_counter() - started, extra, stopped_at)
 
     def evaluation_model(self) -> nn.Module:
         return self.ctx.model

@@ -1,0 +1,224 @@
+"""BENCHMARKS.md's Runtime section, rendered from the committed artifacts in bench/results/ alone.
+
+    python bench/runtime_report.py            # rewrite the section in BENCHMARKS.md
+    python bench/runtime_report.py --print    # show it
+
+Every figure in the section comes from an artifact; a run whose simulated speeds did not hold is
+shown as such, with no efficiency or speed-up claimed for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks_md import replace_section
+from runtime_fidelity import EFFICIENCY_TARGET, RATIO_TOLERANCE, SPEEDUP_OF_IDEAL_TARGET, machine_label
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HEADING = "## Runtime"
+
+
+def load_artifacts(directory: Path = RESULTS) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The committed runs: (simulated-speed runs, real-hardware runs), each sorted by file name."""
+    simulated: list[dict[str, Any]] = []
+    real: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("runtime_*.json")):
+        run = json.loads(path.read_text())
+        run["artifact"] = f"bench/results/{path.name}"
+        (real if run.get("benchmark") == "runtime_real_hetero" else simulated).append(run)
+    return simulated, real
+
+
+def _ratios(values: list[float]) -> str:
+    return " : ".join(f"{v:.3g}" for v in values)
+
+
+def _verdict(run: dict[str, Any]) -> str:
+    if not run["speeds_held"]:
+        return "**invalid: simulated speeds not held**"
+    if not run["valid"]:
+        return "**invalid: above the ideal**"
+    return "targets met" if run["targets_met"] else "valid, targets missed"
+
+
+def simulated_row(run: dict[str, Any]) -> str:
+    phases = (run["solo_ratios"], *(run[p]["achieved_ratios"] for p in ("even", "data", "even_again")))
+    valid = run["valid"]
+    cells = [
+        run["mode"] + (" (quick)" if run["quick"] else ""),
+        _ratios(run["simulated_speeds"]),
+        " / ".join(_ratios(r) for r in phases),
+        f"{max(run['ratio_deviation'].values()):.1%}",
+        f"{run['even']['samples_per_s']:.0f} / {run['even_again']['samples_per_s']:.0f}",
+        f"{run['data']['samples_per_s']:.0f}",
+        f"{run['speedup_vs_even']:.2f}" if valid else "-",
+        f"{run['ideal_speedup']:.2f}",
+        f"{run['speedup_of_ideal']:.3f}" if valid else "-",
+        f"{run['efficiency']:.3f}" if valid else "-",
+        " / ".join(str(b) for b in run["data"]["local_batches"]),
+        _verdict(run),
+        f"[json]({run['artifact'].removeprefix('bench/')})",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+SIMULATED_HEAD = (
+    "| Mode | Claimed speeds | Achieved ratios: solo / even / data / even again | Worst deviation "
+    "| Even samples/s (A / A again) | `data` samples/s | Speed-up | Ideal speed-up of the achieved speeds "
+    "| Speed-up ÷ ideal | Efficiency (÷ Σ solo) | Final split | Verdict | Artifact |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def simulated_notes(run: dict[str, Any]) -> list[str]:
+    """What each run's host did: calibration, overrun, drift, load, and why a run is invalid."""
+    base = run["calibration"][0]["base_us_per_sample"]
+    own = ", ".join(f"{c['own_us_per_sample']:.0f}" for c in run["calibration"])
+    overrun = " / ".join(
+        ", ".join(f"{s:.0%}" for s in run[p]["worker_overrun_share"]) for p in ("even", "data", "even_again")
+    )
+    load = run["host_load"]
+    lines = [
+        f"- {run['mode']}{' (quick)' if run['quick'] else ''}, {run['finished']}, on "
+        f"{machine_label(run['machine'])}: base device {base:.0f} µs per sample (solo calibrations {own}); "
+        f"time beyond the simulated compute (overrun, per worker, even / data / even again) {overrun}; "
+        f"host drift between the two even phases {run['host_drift']:+.1%}; host load (1 min) "
+        f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after; {len(run['rounds'])} rebalancing "
+        f"rounds ({run['settled']}); "
+        + (f"workers on cores {cores}." if (cores := run["config"]["worker_cores"]) else "workers unpinned.")
+    ]
+    lines += [f"  - {problem}" for problem in run["problems"]]
+    return lines
+
+
+def real_row(run: dict[str, Any]) -> str:
+    workers = ", ".join(w["label"] for w in run["workers"])
+    cells = [
+        machine_label(run["machine"]),
+        workers,
+        " / ".join(f"{v:.0f}" for v in run["solo_samples_per_s"]),
+        f"{run['even']['samples_per_s']:.0f} / {run['even_again']['samples_per_s']:.0f}",
+        f"{run['balanced']['samples_per_s']:.0f}",
+        " / ".join(str(b) for b in run["balanced"]["local_batches"]),
+        f"{run['speedup_vs_even']:.2f}",
+        f"{run['ideal_speedup']:.2f}",
+        f"{run['efficiency']:.3f}",
+        run["verdict"],
+        f"[json]({run['artifact'].removeprefix('bench/')})",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+REAL_HEAD = (
+    "| Machine | Workers | Solo samples/s | Even samples/s (A / A again) | Balanced samples/s "
+    "| Balanced split | Speed-up | Ideal speed-up | Efficiency (÷ Σ solo) | Verdict | Artifact |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def simulated_section(runs: list[dict[str, Any]]) -> list[str]:
+    if not runs:
+        return ["No committed run yet: `python bench/runtime_balance.py` writes one."]
+    config = runs[-1]["config"]
+    lines = [
+        f"`python bench/runtime_balance.py [--quick] [--base-speed F]` trains a 1-D conv net (3 × Conv1d, "
+        f"32 channels, length {config['length']}) on 3 loopback gloo workers, global batch "
+        f"{config['global_batch']}, each local batch computed in chunks of {config['micro_batch']} samples, "
+        "with the same synchronous step (the weighted all-reduce of uneven gradients) on both sides.",
+        "",
+        "- **Simulated speed.** At start each worker, alone in turn, times its compute per sample; all take "
+        "the slowest of those figures as the base device. A worker of speed s then stretches each chunk, "
+        "by sleeping, to (samples so far × base cost) ÷ s: the work sets the time, not the CPU time the "
+        "host charged (time a busy host takes beyond that shows as overrun).",
+        f"- **Phases.** Solo (each worker alone, {config['solo_steps']} steps of the even share: its solo "
+        f"speed), even split A ({config['steps']} steps), rebalancing rounds of {config['round_steps']} "
+        "steps decided by the operator's own functions (`hetero_operator.rebalance.decide`, "
+        f"minImprovement {config['min_improvement']}), the settled split B ({config['steps']} steps), "
+        "and the even split A again, so drift of the host between A and B shows.",
+        "- **Achieved speeds** are each worker's samples per second of compute in a phase; their ratios "
+        f"must be within {RATIO_TOLERANCE:.0%} of the claimed ones in every phase, or the run fails "
+        "(exit 3) and is shown here as invalid, with no speed-up or efficiency claimed. The **ideal "
+        "speed-up** is what the achieved speeds allow: Σ v (balanced) ÷ (n · min v) (even); a speed-up "
+        "above it is a broken measurement. **Efficiency** is the balanced samples/s ÷ the sum of the "
+        "workers' solo samples/s.",
+        f"- **Targets**: efficiency ≥ {EFFICIENCY_TARGET}, speed-up ≥ {SPEEDUP_OF_IDEAL_TARGET} × the "
+        "ideal, speeds 1 : 0.5 : 0.25 undilated.",
+        "",
+        SIMULATED_HEAD,
+        *[simulated_row(run) for run in runs],
+        "",
+    ]
+    for run in runs:
+        lines += simulated_notes(run)
+    return lines
+
+
+def real_section(runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "`python bench/runtime_real_hetero.py` runs the `data` strategy with no simulation on devices that "
+        "really differ: a GPU worker beside CPU workers of different thread counts on a GPU machine, or "
+        "CPU workers of different thread counts (on disjoint cores) on a CPU machine with 4 or more "
+        "cores; solo speeds, even split, balanced split (proportional to solo speed), even split again. "
+        "Target on a GPU machine: efficiency ≥ 0.90 against the solo speeds.",
+        "",
+    ]
+    if not runs:
+        return [*lines, "No committed run yet."]
+    lines += [REAL_HEAD, *[real_row(run) for run in runs], ""]
+    for run in runs:
+        lines += [f"- {run['artifact']}: {note}" for note in run["notes"]]
+    return lines
+
+
+WITHDRAWN = (
+    "The figures this section showed before this change are withdrawn (git history keeps them): some "
+    "claimed speed-ups above the ideal that speeds 1 : 0.5 : 0.25 allow. Their simulator stretched each "
+    "step to its own CPU time ÷ speed, so any extra CPU time (cold caches after a sleep, another process) "
+    "was multiplied by the slowdown (4 for the slowest worker, 16 in the dilated mode); the speeds the "
+    "workers really had were never checked, and efficiency was divided by speeds measured in the same "
+    "contended phase, not alone."
+)
+
+
+def render(simulated: list[dict[str, Any]], real: list[dict[str, Any]]) -> str:
+    lines = [
+        HEADING,
+        "",
+        "Generated by `python bench/runtime_report.py` from the artifacts in `bench/results/`.",
+        "",
+        "### Simulated speeds",
+        "",
+        *simulated_section(simulated),
+        "",
+        "### Real heterogeneous hardware",
+        "",
+        *real_section(real),
+        "",
+        "### Withdrawn figures",
+        "",
+        WITHDRAWN,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_section() -> str:
+    text = render(*load_artifacts())
+    replace_section(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--print", action="store_true", help="print the section instead of writing it")
+    args = parser.parse_args()
+    if args.print:
+        print(render(*load_artifacts()), end="")
+    else:
+        write_section()
+
+
+if __name__ == "__main__":
+    main()

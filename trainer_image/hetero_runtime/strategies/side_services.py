@@ -1,0 +1,61 @@
+"""Starting and reaching a job's side services (ESync's state service, HetPipe's parameter server):
+rank 0 runs them on its own address; every rank connects from its own address with the job's token."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from typing import Any
+
+import torch.distributed as dist
+
+from hetero_operator.plan import ESyncParams, HetPipeParams
+from hetero_runtime.esync_service import StateClient, start_service_process
+from hetero_runtime.hetpipe_ps import ParameterServerClient, start_server_process
+from hetero_runtime.job_peers import JobPeers, own_address
+from hetero_runtime.strategies.base import WorkerContext
+
+
+def gather_peers(own: str, rank: int, world_size: int) -> JobPeers:
+    """Every rank's address and rank 0's fresh token, through the process group (all ranks call it)."""
+    if world_size == 1:
+        return JobPeers(secrets.token_hex(16), (own,))
+    addresses: list[Any] = [None] * world_size
+    dist.all_gather_object(addresses, own)
+    holder: list[Any] = [secrets.token_hex(16) if rank == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    return JobPeers(str(holder[0]), tuple(str(a) for a in addresses))
+
+
+def _peers(ctx: WorkerContext) -> tuple[JobPeers, str]:
+    own = own_address(ctx.env.pod_ip, ctx.env.master_addr)
+    return gather_peers(own, ctx.rank, ctx.world_size), own
+
+
+def connect_state_service(
+    ctx: WorkerContext, params: ESyncParams
+) -> tuple[subprocess.Popen[bytes] | None, StateClient]:
+    """Rank 0 starts ESync's state service; every rank connects to it."""
+    peers, own = _peers(ctx)
+    port = params.state_service_port or ctx.env.master_port + 1
+    process = None
+    if ctx.rank == 0:
+        process = start_service_process(
+            peers, peers.addresses[0], port, ctx.world_size, params.margin_seconds
+        )
+    client = StateClient(peers.addresses[0], port, own, ctx.rank, peers.token)
+    return process, client
+
+
+def connect_parameter_server(
+    ctx: WorkerContext, params: HetPipeParams
+) -> tuple[subprocess.Popen[bytes] | None, ParameterServerClient]:
+    """Rank 0 starts HetPipe's parameter server; every rank connects to it."""
+    peers, own = _peers(ctx)
+    port = ctx.env.master_port + 2
+    process = None
+    if ctx.rank == 0:
+        stages = [len(vw) for vw in params.virtual_workers]
+        process = start_server_process(peers, peers.addresses[0], port, stages)
+    client = ParameterServerClient(peers.addresses[0], port, own, ctx.rank, peers.token)
+    return process, client
