@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hetero_operator.testbed import images
 from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.container_store import Engine
 from hetero_operator.testbed.nodes import load_node_list
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,3 +50,16 @@ def namespace(testbed: Testbed) -> Iterator[str]:
         yield name
     finally:
         testbed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def container_engine() -> Engine:
+    """buildah and podman on the test bed's container store (under the cache directory)."""
+    return Engine()
+
+
+@pytest.fixture(scope="session")
+def built_images(container_engine: Engine) -> dict[str, str]:
+    """The base, operator and trainer images of these sources, by name. `make test`'s bootstrap builds
+    them; here they are only looked up (or built, once per content, when run without it)."""
+    return images.ensure_images(container_engine)
