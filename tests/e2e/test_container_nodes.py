@@ -6,7 +6,6 @@ writes is proven in a container."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from hetero_operator.testbed.container_store import Engine
 from hetero_operator.testbed.containers import container_name
 from hetero_operator.testbed.nodes import FakeNode, NodeList
 from hetero_operator.testbed.versions import REPO_ROOT
+from hetero_runtime.checkpoint import latest_checkpoint, load
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 NODES = NodeList(
@@ -56,8 +56,8 @@ raise SystemExit(3)
 
 
 @pytest.fixture(scope="module")
-def container_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A test bed of its own whose only nodes run their pods as containers."""
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """This module's own test bed (in place of the shared one): its only nodes run pods as containers."""
     bed = Testbed(tmp_path_factory.mktemp("container-bed"))
     try:
         bed.up(NODES)
@@ -65,16 +65,6 @@ def container_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]
         yield bed
     finally:
         bed.down()
-
-
-@pytest.fixture
-def ns(container_bed: Testbed) -> Iterator[str]:
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    container_bed.kubectl("create", "namespace", name)
-    try:
-        yield name
-    finally:
-        container_bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def pod(name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:
@@ -91,17 +81,17 @@ def pod(name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any
     }
 
 
-def get(bed: Testbed, ns: str, kind: str, name: str) -> dict[str, Any]:
-    result = bed.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+def get(bed: Testbed, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    result = bed.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
     return dict(json.loads(result.stdout)) if result.returncode == 0 else {}
 
 
-def apply(bed: Testbed, ns: str, *objects: dict[str, Any]) -> None:
-    bed.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(list(objects)))
+def apply(bed: Testbed, namespace: str, *objects: dict[str, Any]) -> None:
+    bed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(list(objects)))
 
 
-def waiting_reason(bed: Testbed, ns: str, name: str) -> tuple[str, str] | None:
-    status = get(bed, ns, "pod", name).get("status") or {}
+def waiting_reason(bed: Testbed, namespace: str, name: str) -> tuple[str, str] | None:
+    status = get(bed, namespace, "pod", name).get("status") or {}
     for container in status.get("containerStatuses") or []:
         waiting = container.get("state", {}).get("waiting")
         if waiting and status.get("phase") == "Pending":
@@ -110,7 +100,7 @@ def waiting_reason(bed: Testbed, ns: str, name: str) -> tuple[str, str] | None:
 
 
 def test_a_container_pod_runs_under_its_security_context_with_its_volumes(
-    container_bed: Testbed, ns: str, built_images: dict[str, str]
+    testbed: Testbed, namespace: str, built_images: dict[str, str]
 ) -> None:
     config_map = {
         "apiVersion": "v1",
@@ -141,65 +131,65 @@ def test_a_container_pod_runs_under_its_security_context_with_its_volumes(
             {"name": "data", "mountPath": "/data"},
         ],
     )
-    apply(container_bed, ns, config_map, probe)
+    apply(testbed, namespace, config_map, probe)
     done = wait_for(
         lambda: (
-            (p := get(container_bed, ns, "pod", "probe")).get("status", {}).get("phase") == "Failed" and p
+            (p := get(testbed, namespace, "pod", "probe")).get("status", {}).get("phase") == "Failed" and p
         ),
         120,
         "the probe pod to exit",
     )
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
-    pod_dir = next((container_bed.root / "local-pods" / "pods" / ns).glob("probe-*"))
+    pod_dir = next((testbed.root / "local-pods" / "pods" / namespace).glob("probe-*"))
     report = json.loads((pod_dir / "container.log").read_text().splitlines()[-1])
     assert report["uid"] == 1234 and report["gid"] == 1234 and 2345 in report["groups"]
     assert report["caps"] == "0000000000000000"
     assert report["root"] == "Read-only file system"
     assert report["greeting"] == "hi"
     assert report["pod_ip"] == done["status"]["podIP"] and report["pod_ip"].startswith("127.10.")
-    claimed = container_bed.root / "local-pods" / "claims" / ns / "shared" / "b"
+    claimed = testbed.root / "local-pods" / "claims" / namespace / "shared" / "b"
     assert (claimed.stat().st_uid, claimed.stat().st_gid) == (1234, 2345), "fsGroup owns the claim"
     assert (pod_dir / "volumes" / "scratch" / "a").read_text() == "x"
 
 
 def test_a_pod_that_cannot_start_waits_with_the_kubelets_reason(
-    container_bed: Testbed, ns: str, built_images: dict[str, str]
+    testbed: Testbed, namespace: str, built_images: dict[str, str]
 ) -> None:
     absent = pod("absent", "localhost/heterotrain/absent:0", ["true"])
     as_root = pod("as-root", built_images["base"], ["true"], securityContext={"runAsNonRoot": True})
-    apply(container_bed, ns, absent, as_root)
-    reason, message = wait_for(lambda: waiting_reason(container_bed, ns, "absent"), 60, "absent to wait")
+    apply(testbed, namespace, absent, as_root)
+    reason, message = wait_for(lambda: waiting_reason(testbed, namespace, "absent"), 60, "absent to wait")
     assert reason == "ErrImageNeverPull" and "localhost/heterotrain/absent:0" in message
-    reason, message = wait_for(lambda: waiting_reason(container_bed, ns, "as-root"), 60, "as-root to wait")
+    reason, message = wait_for(lambda: waiting_reason(testbed, namespace, "as-root"), 60, "as-root to wait")
     assert reason == "CreateContainerConfigError" and "image will run as root" in message
 
 
 def test_deleting_a_container_pod_stops_and_removes_its_container(
-    container_bed: Testbed, ns: str, built_images: dict[str, str], container_engine: Engine
+    testbed: Testbed, namespace: str, built_images: dict[str, str], container_engine: Engine
 ) -> None:
     apply(
-        container_bed,
-        ns,
+        testbed,
+        namespace,
         pod("sleeper", built_images["base"], ["python3", "-c", "import time; time.sleep(600)"]),
     )
     running = wait_for(
         lambda: (
-            (p := get(container_bed, ns, "pod", "sleeper")).get("status", {}).get("phase") == "Running" and p
+            (p := get(testbed, namespace, "pod", "sleeper")).get("status", {}).get("phase") == "Running" and p
         ),
         60,
         "the sleeper to run",
     )
     name = container_name(running["metadata"]["uid"])
     assert container_engine.run("podman", "container", "exists", name, check=False).returncode == 0
-    container_bed.kubectl("delete", "pod", "sleeper", "-n", ns, "--grace-period=2", "--wait=false")
-    wait_for(lambda: not get(container_bed, ns, "pod", "sleeper") or None, 60, "the sleeper pod to go")
+    testbed.kubectl("delete", "pod", "sleeper", "-n", namespace, "--grace-period=2", "--wait=false")
+    wait_for(lambda: not get(testbed, namespace, "pod", "sleeper") or None, 60, "the sleeper pod to go")
     assert container_engine.run("podman", "container", "exists", name, check=False).returncode == 1
 
 
 def test_a_job_runs_through_the_operator_in_containers(
-    container_bed: Testbed, ns: str, built_images: dict[str, str], container_engine: Engine, tmp_path: Path
+    testbed: Testbed, namespace: str, built_images: dict[str, str], container_engine: Engine, tmp_path: Path
 ) -> None:
-    jobs = Jobs(container_bed, ns)
+    jobs = Jobs(testbed, namespace)
     manifest = jobs.manifest(
         "digits",
         gpus=2,
@@ -211,7 +201,7 @@ def test_a_job_runs_through_the_operator_in_containers(
         env=[{"name": "DIGITS_PASSES_PER_EPOCH", "value": "4"}],
         checkpoint={"path": "/checkpoints", "everyEpochs": 1},
     )
-    operator = OperatorProcess(container_bed, tmp_path / "operator.log")
+    operator = OperatorProcess(testbed, tmp_path / "operator.log")
     operator.start()
     try:
         jobs.apply(manifest)
@@ -237,9 +227,10 @@ def test_a_job_runs_through_the_operator_in_containers(
         assert view["root_options"].split(",")[0] == "ro"
         assert spec["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
         assert view["caps"] == "0000000000000000"
-    assert status["progress"]["epoch"] >= 3
-    claims = list((container_bed.root / "local-pods" / "claims" / ns).iterdir())
-    written = [p for claim in claims for p in claim.rglob("*") if p.is_file()]
-    assert written, "rank 0 wrote its checkpoints to the claim"
+    assert status["phase"] == "Succeeded"
+    (claim,) = (testbed.root / "local-pods" / "claims" / namespace).iterdir()
+    checkpoint = latest_checkpoint(claim)
+    assert checkpoint is not None, "rank 0 wrote its checkpoints to the claim"
+    assert load(checkpoint)["epochs_done"] == 3, "every epoch ran, in the containers"
     fs_group = pods[0]["spec"]["securityContext"]["fsGroup"]
-    assert all(p.stat().st_gid == fs_group for p in written)
+    assert all(p.stat().st_gid == fs_group for p in claim.rglob("*")), "the claim belongs to fsGroup"

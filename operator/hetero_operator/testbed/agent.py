@@ -1,9 +1,10 @@
 """The local process node agent: a small kubelet for test-bed nodes labelled as local process nodes.
 
-It keeps those nodes Ready (status and Lease), runs every pod bound to them as a host process on its
-own loopback address, mirrors ConfigMap and Secret volumes into directories, reports pod status like a
-kubelet (Running, then Succeeded or Failed with the exit code), and on deletion stops the process
-(SIGTERM, grace period, SIGKILL) before removing the pod object.
+It keeps those nodes Ready (status and Lease), runs every pod bound to them on its own loopback
+address, as a host process or, on a container node, as a podman container of its image under its
+security context; mirrors ConfigMap and Secret volumes into directories, reports pod status like a
+kubelet (Running, then Succeeded or Failed with the exit code, or Waiting with a reason), and on
+deletion stops the pod (SIGTERM, grace period, SIGKILL) before removing the pod object.
 
 Run by the test bed as `python -m hetero_operator.testbed.agent --kubeconfig K --root DIR`.
 """
@@ -37,12 +38,11 @@ from hetero_operator.testbed.local_pods import (
     process_plan,
     speed_for_node,
 )
+from hetero_operator.testbed.node_heartbeat import NodeHeartbeat
 from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, LOCAL_RUNTIME_LABEL
 
 log = logging.getLogger("heterotrain.agent")
 POLL_SECONDS = 0.3
-LEASE_SECONDS = 40
-STATUS_HEARTBEAT_SECONDS = 30
 MAX_GRACE_SECONDS = 30.0
 RETRY_SECONDS = 2.0
 
@@ -72,7 +72,6 @@ class Agent:
     def __init__(self, api_client: client.ApiClient, root: Path, speed_scale: float = 1.0) -> None:
         # Objects from the API are handled as plain data; the client's generated types add nothing here.
         self.core: Any = client.CoreV1Api(api_client)
-        self.coordination: Any = client.CoordinationV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.root = root
         self.speed_scale = speed_scale
@@ -80,38 +79,13 @@ class Agent:
         self.ip_index = 0
         self.used_ips: set[str] = set()
         self.ports: dict[tuple[str, str], str] = {}
-        self.last_status_beat: dict[str, float] = {}
-        self.last_lease_beat: dict[str, float] = {}
+        self.heartbeat = NodeHeartbeat(self.core, client.CoordinationV1Api(api_client))
         self.stopping = False
         self.containers: ContainerNode | None = None  # created for the first pod of a container node
 
     # ---- nodes --------------------------------------------------------------------------------
     def local_nodes(self) -> list[Any]:
         return list(self.core.list_node(label_selector=f"{LOCAL_NODE_LABEL}=true").items)
-
-    def heartbeat(self, node: Any) -> None:
-        name = node.metadata.name
-        now = time.monotonic()
-        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-        if not ready or now - self.last_status_beat.get(name, 0) > STATUS_HEARTBEAT_SECONDS:
-            runtime = (node.metadata.labels or {}).get(LOCAL_RUNTIME_LABEL, "process")
-            body = pod_status.node_ready(name, runtime, _now())
-            self.core.patch_node_status(name, body)
-            self.last_status_beat[name] = now
-        if now - self.last_lease_beat.get(name, 0) > LEASE_SECONDS / 4:
-            self._renew_lease(name)
-            self.last_lease_beat[name] = now
-
-    def _renew_lease(self, node_name: str) -> None:
-        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        spec = {"holderIdentity": node_name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": renew}
-        try:
-            self.coordination.patch_namespaced_lease(node_name, "kube-node-lease", {"spec": spec})
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            body = {"metadata": {"name": node_name, "namespace": "kube-node-lease"}, "spec": spec}
-            self.coordination.create_namespaced_lease("kube-node-lease", body)
 
     # ---- pods ---------------------------------------------------------------------------------
     def _next_ip(self) -> str:
@@ -127,7 +101,7 @@ class Agent:
         if not nodes and not self.pods:
             return
         for node in nodes:
-            self.heartbeat(node)
+            self.heartbeat.beat(node)
         try:
             classes = self.custom.list_cluster_custom_object("heterotrain.io", "v1alpha1", "gpuclasses")[
                 "items"
@@ -350,16 +324,18 @@ class Agent:
             running.process.wait(timeout=10)
 
     def shutdown(self) -> None:
-        """Stop every pod process; the pods are left for the API server's owners to clean up."""
-        for running in self.pods.values():
-            if running.process is not None and running.process.poll() is None:
-                self._signal(running, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for running in self.pods.values():
-            if running.process is not None:
+        """Stop every pod (SIGTERM, then SIGKILL after 5 s); the pods are left for the API server's
+        owners to clean up."""
+        alive = [r for r in self.pods.values() if r.process is not None and r.process.poll() is None]
+        for signum, wait_seconds in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            for running in alive:
+                self._signal(running, signum)
+            deadline = time.monotonic() + wait_seconds
+            for running in alive:
+                assert running.process is not None
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     running.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                self._kill(running)
+            alive = [r for r in alive if r.process is not None and r.process.poll() is None]
 
     def run(self) -> None:
         while not self.stopping:

@@ -20,6 +20,7 @@ from hetero_operator.testbed.containers import (
 )
 
 WRITABLE_VOLUMES = ("emptyDir", "persistentVolumeClaim")
+USED_MARKER = "containers-used"  # in the agent's root: it has started containers
 
 
 def prepare_volumes(pod: Mapping[str, Any], dirs: Mapping[str, Path]) -> None:
@@ -51,6 +52,8 @@ class ContainerNode:
         self.agent_root = str(agent_root)
         self.engine = engine or Engine()
         self.image_users: dict[str, str] = {}
+        agent_root.mkdir(parents=True, exist_ok=True)
+        (agent_root / USED_MARKER).touch()
         self.remove_stale()
 
     def remove_stale(self) -> None:
@@ -100,3 +103,9 @@ class ContainerNode:
         """podman owns the container's process: it delivers the signal (the foreground `podman run`
         then exits with the container, and removes it)."""
         self.engine.run("podman", "kill", f"--signal={signum.name}", container_name(pod_uid), check=False)
+
+
+def remove_leftovers(agent_root: Path) -> None:
+    """Once the agent has stopped: remove the containers it could not (it was killed first)."""
+    if (agent_root / USED_MARKER).exists():
+        ContainerNode(agent_root)  # which removes them as it starts

@@ -164,9 +164,8 @@ def build_base(engine: Engine, tag: str, log: Path) -> None:
             tar.wait()
 
 
-def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], log: Path) -> str:
-    """buildah build of one Dockerfile, tagged with its content key and the project's version."""
-    tag = image_tag(recipe, args)
+def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], tag: str, log: Path) -> None:
+    """buildah build of one Dockerfile, tagged `tag` (its content key) and with the project's version."""
     argv = [
         "buildah",
         "build",
@@ -181,7 +180,6 @@ def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], log: 
         argv.append(f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro")
     argv += [f"--tag={tag}", f"--tag={version_tag(recipe)}", str(REPO_ROOT)]
     _logged(argv, log, engine.env)
-    return tag
 
 
 def ensure_images(
@@ -205,7 +203,7 @@ def ensure_images(
         for recipe in RECIPES:
             if not engine.image_exists(tags[recipe.name]):
                 say(f"building {tags[recipe.name]} with buildah")
-                build_image(engine, recipe, build_args(tags["base"]), log)
+                build_image(engine, recipe, build_args(tags["base"]), tags[recipe.name], log)
             else:
                 # A checkout that went back to older sources points the version tag at them again.
                 engine.run("podman", "tag", tags[recipe.name], version_tag(recipe))
