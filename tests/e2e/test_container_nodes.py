@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.operator.live import Jobs, OperatorProcess, wait_for
-from tests.ship.test_images_built import kernel_view
+from tests.ship.kernel_view import kernel_view
 
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.container_store import Engine

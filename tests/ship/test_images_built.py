@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.operator.live import free_port, wait_for
+from tests.ship.kernel_view import kernel_view
 
 from hetero_operator.plan import Plan
 from hetero_operator.testbed import images
@@ -30,24 +31,6 @@ RESTRICTED = [
     "--security-opt=no-new-privileges",
     "--log-driver=none",
 ]
-
-
-def kernel_view(engine: Engine, name: str) -> dict[str, str] | None:
-    """The container's main process as the host kernel sees it (uid, capabilities, root mount); None
-    while it is not running."""
-    inspected = engine.run("podman", "inspect", "--format", "{{.State.Pid}}", name, check=False)
-    pid = inspected.stdout.strip()
-    if inspected.returncode != 0 or pid in ("", "0") or not Path(f"/proc/{pid}").exists():
-        return None
-    status = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
-    )
-    root_mount = next(
-        line.split()
-        for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-        if line.split()[4] == "/"
-    )
-    return {"uid": status["Uid"].split()[0], "caps": status["CapEff"].strip(), "root_options": root_mount[5]}
 
 
 @contextmanager

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,12 +121,14 @@ def _build_lock(engine: Engine) -> Iterator[None]:
 
 
 def _logged(argv: list[str], log: Path, env: dict[str, str], stdin: IO[bytes] | None = None) -> None:
+    started = time.monotonic()
     with log.open("a") as sink:
         sink.write(f"$ {' '.join(argv)}\n")
         sink.flush()
         result = subprocess.run(
             argv, env=env, stdin=stdin, stdout=sink, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_SECONDS
         )
+        sink.write(f"# {argv[0]} exited {result.returncode} after {time.monotonic() - started:.0f} s\n")
     if result.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(f"{argv[0]} failed ({result.returncode}); see {log}\n{tail}")
@@ -170,11 +173,14 @@ def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], tag: 
         "buildah",
         "build",
         "--isolation=chroot",
-        "--layers",  # a change to the sources reuses the dependency layer
         "--force-rm",  # a failed step leaves no working container behind
         "--pull=never",
         f"--file={recipe.dockerfile}",
     ]
+    if engine.store.driver == "overlay":
+        # Each step's layer is kept, so a change to the sources reuses the dependency layer. On vfs every
+        # layer is a full copy of the tree (gigabytes each for the trainer): one layer per build there.
+        argv.append("--layers")
     argv += [f"--build-arg={name}={value}" for name, value in args.items()]
     if HOST_CA_BUNDLE.is_file():
         argv.append(f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro")
