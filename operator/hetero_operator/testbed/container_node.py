@@ -4,6 +4,7 @@ prepares its volumes' ownership as a kubelet does, signals and removes its conta
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +50,12 @@ class ContainerNode:
     """podman on the test bed's own store, for the pods of every container node of one agent."""
 
     def __init__(self, agent_root: Path, engine: Engine | None = None) -> None:
+        missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None]
+        if missing:
+            raise ContainerConfigError(
+                "ContainerRuntimeNotReady",
+                f"{' and '.join(missing)} not installed on this machine (testbed/bootstrap.sh installs them)",
+            )
         self.agent_root = str(agent_root)
         self.engine = engine or Engine()
         self.image_users: dict[str, str] = {}
