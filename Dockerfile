@@ -4,6 +4,8 @@
 # `make images` builds one from Debian packages where no container registry can be reached.
 ARG BASE_IMAGE=python:3.11.11-slim-bookworm
 FROM ${BASE_IMAGE}
+# Where pip finds packages, for a build behind a package mirror (unset: PyPI).
+ARG PIP_INDEX_URL
 # pip compiles bytecode as it installs: nothing is written at run time, so the root filesystem can be
 # read-only (HOME points at the /tmp emptyDir the chart mounts).
 ENV PIP_NO_CACHE_DIR=1 \

@@ -173,7 +173,6 @@ def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], tag: 
         "buildah",
         "build",
         "--isolation=chroot",
-        "--force-rm",  # a failed step leaves no working container behind
         "--pull=never",
         f"--file={recipe.dockerfile}",
     ]
@@ -185,7 +184,12 @@ def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], tag: 
     if HOST_CA_BUNDLE.is_file():
         argv.append(f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro")
     argv += [f"--tag={tag}", f"--tag={version_tag(recipe)}", str(REPO_ROOT)]
-    _logged(argv, log, engine.env)
+    try:
+        _logged(argv, log, engine.env)
+    except RuntimeError:
+        # A failed step leaves its working container (gigabytes); no other build runs here (the lock).
+        engine.run("buildah", "rm", "--all", check=False)
+        raise
 
 
 def ensure_images(
