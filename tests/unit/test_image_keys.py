@@ -68,3 +68,16 @@ def test_the_dockerfiles_take_the_base_as_a_build_argument_with_a_registry_defau
         lines = recipe.dockerfile.read_text().splitlines()
         assert "ARG BASE_IMAGE=python:3.11.11-slim-bookworm" in lines
         assert [line for line in lines if line.startswith("FROM ")] == ["FROM ${BASE_IMAGE}"]
+
+
+def test_pruning_keeps_the_newest_builds_and_the_version_tags_image() -> None:
+    repo = "localhost/heterotrain/trainer"
+    listing = [
+        {"Names": [f"{repo}:old1"], "Created": 100},
+        {"Names": [f"{repo}:current", f"{repo}:0.1.0"], "Created": 50},  # an older checkout built last
+        {"Names": [f"{repo}:new1"], "Created": 300},
+        {"Names": [f"{repo}:new2"], "Created": 200},
+        {"Names": ["localhost/heterotrain/operator:x"], "Created": 400},
+    ]
+    assert images.stale_tags(listing, repo, keep=3) == [f"{repo}:old1"]
+    assert images.stale_tags(listing, repo, keep=1) == [f"{repo}:new1", f"{repo}:new2", f"{repo}:old1"]

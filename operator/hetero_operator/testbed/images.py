@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hetero_operator import __version__
 from hetero_operator.testbed.container_store import Engine, missing_tools
@@ -41,6 +41,8 @@ CONTEXT_PATHS = ("pyproject.toml", "README.md", "operator/hetero_operator", "tra
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PASSED_BUILD_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 BUILD_TIMEOUT_SECONDS = 3600
+# Builds of each image kept in the store (several checkouts may share it); older ones are removed.
+KEEP_BUILDS = 3
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,31 @@ def build_image(engine: Engine, recipe: ImageRecipe, args: dict[str, str], tag: 
         raise
 
 
+def stale_tags(listing: list[dict[str, Any]], repository: str, keep: int) -> list[str]:
+    """Content-keyed tags of `repository` beyond the `keep` newest builds (`podman images --format
+    json` rows), to be removed; the version tag's image is always among those kept."""
+    builds: dict[str, tuple[int, bool]] = {}
+    for row in listing:
+        names = [str(n) for n in row.get("Names") or []]
+        current = f"{repository}:{__version__}" in names
+        for name in names:
+            if name.startswith(f"{repository}:") and name != f"{repository}:{__version__}":
+                builds[name] = (int(row.get("Created", 0)), current)
+    ranked = sorted(builds, key=lambda name: (builds[name][1], builds[name][0]), reverse=True)
+    return ranked[keep:]
+
+
+def prune(engine: Engine) -> None:
+    """Remove all but the newest builds of each image, and the cached layers only they used."""
+    for recipe in RECIPES:
+        repository = f"{REPOSITORY}/{recipe.name}"
+        listing = json.loads(engine.run("podman", "images", "--format=json", repository).stdout or "[]")
+        stale = stale_tags(listing, repository, KEEP_BUILDS)
+        if stale:
+            engine.run("podman", "rmi", *stale, check=False)
+    engine.run("podman", "image", "prune", "--force", check=False)
+
+
 def ensure_images(
     engine: Engine | None = None, on_step: Callable[[str], None] | None = None
 ) -> dict[str, str]:
@@ -206,6 +233,7 @@ def ensure_images(
     engine = engine or Engine()
     tags = wanted_tags()
     log = engine.store.graph_root.parent / "build.log"
+    built = False
     with _build_lock(engine):
         if not engine.image_exists(tags["base"]):
             say(f"building the base image {tags['base']} with debootstrap")
@@ -214,7 +242,10 @@ def ensure_images(
             if not engine.image_exists(tags[recipe.name]):
                 say(f"building {tags[recipe.name]} with buildah")
                 build_image(engine, recipe, build_args(tags["base"]), tags[recipe.name], log)
+                built = True
             else:
                 # A checkout that went back to older sources points the version tag at them again.
                 engine.run("podman", "tag", tags[recipe.name], version_tag(recipe))
+        if built:
+            prune(engine)
     return tags
