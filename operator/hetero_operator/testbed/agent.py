@@ -64,6 +64,7 @@ class RunningPod:
     kill_deadline: float | None = None
     config_maps: dict[str, str] = field(default_factory=dict)  # volume dir -> ConfigMap name
     in_container: bool = False  # started by podman on a container node
+    reported_running: bool = False
     retry_at: float = 0.0  # a pod that cannot start yet is tried again from then on
     waiting: tuple[str, str] | None = None  # the reason and message last reported
 
@@ -185,6 +186,11 @@ class Agent:
             return
         self._refresh_config_maps(running)
         code = running.process.poll()
+        # A container is Running once podman has created and started it, not when `podman run` is.
+        waiting = code is None and not running.reported_running and self.containers is not None
+        if waiting and self.containers is not None and self.containers.is_running(running.uid):
+            running.started_at = _now()
+            self._report_running(pod, running)
         if code is not None and not running.finished:
             running.finished = True
             self._report_exit(pod, code, None, running.started_at)
@@ -253,12 +259,17 @@ class Agent:
             return
         (running.directory / "pid").write_text(json.dumps({"pid": running.process.pid, "binary": argv[0]}))
         running.started_at = _now()
-        container = pod.spec.containers[0]
-        body = pod_status.running(running.ip, running.started_at, container.name, container.image or "")
-        self.core.patch_namespaced_pod_status(running.name, running.namespace, body)
         log.info(
             "started %s/%s as pid %d on %s", running.namespace, running.name, running.process.pid, running.ip
         )
+        if not running.in_container:
+            self._report_running(pod, running)
+
+    def _report_running(self, pod: Any, running: RunningPod) -> None:
+        running.reported_running = True
+        container = pod.spec.containers[0]
+        body = pod_status.running(running.ip, running.started_at, container.name, container.image or "")
+        self.core.patch_namespaced_pod_status(running.name, running.namespace, body)
 
     def _master_port_map(self, pod: dict[str, Any], dns: dict[str, str]) -> dict[tuple[str, str], str]:
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}

@@ -106,6 +106,13 @@ class ContainerNode:
         prepare_volumes(pod, volume_dirs)
         return argv, self.engine.env, pod_dir
 
+    def is_running(self, pod_uid: str) -> bool:
+        name = container_name(pod_uid)
+        inspected = self.engine.run(
+            "podman", "container", "inspect", "--format={{.State.Running}}", name, check=False
+        )
+        return inspected.returncode == 0 and inspected.stdout.strip() == "true"
+
     def signal(self, pod_uid: str, signum: signal.Signals) -> None:
         """podman owns the container's process: it delivers the signal (the foreground `podman run`
         then exits with the container, and removes it)."""
