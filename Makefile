@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # Tests marked known_bug reproduce open bugs; run them with `make test PYTEST_ARGS=`.
 PYTEST_ARGS ?= -m "not known_bug"
 
-.PHONY: demo test bootstrap lint testbed-up testbed-down bench clean
+.PHONY: demo test bootstrap images lint testbed-up testbed-down bench clean
 
 demo: bootstrap
 	$(VENV)/bin/heterotrain demo
@@ -14,6 +14,11 @@ test: bootstrap lint
 
 bootstrap:
 	bash testbed/bootstrap.sh
+
+# The operator and trainer images from their Dockerfiles, with buildah on a debootstrapped Debian base
+# (bootstrap builds them too; cached by content, so this rebuilds only what changed).
+images: bootstrap
+	$(VENV)/bin/heterotrain testbed images
 
 lint:
 	$(VENV)/bin/ruff check operator trainer_image tests bench

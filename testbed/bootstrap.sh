@@ -6,9 +6,13 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
-# 1. Debian packages (iproute2 for emulated slow links).
+# 1. Debian packages: iproute2 for emulated slow links; debootstrap, buildah, podman and runc to build
+#    the images and run pods as containers (runc: crun cannot set up this kernel's cgroups).
 need_apt=()
 command -v tc >/dev/null 2>&1 || need_apt+=(iproute2)
+for tool in debootstrap buildah podman runc; do
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""
@@ -48,3 +52,6 @@ fi
 
 # 4. The test bed's binaries, built once into a versioned cache.
 .venv/bin/heterotrain testbed build
+
+# 5. The images, built when missing for these sources (cached by content).
+.venv/bin/heterotrain testbed images

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hetero_operator.testbed import kueue
+from hetero_operator.testbed import images, kueue
 from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.container_store import Engine
 from hetero_operator.testbed.nodes import load_node_list
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,16 @@ def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]
 def kueue_namespace(kueue_testbed: Testbed) -> Iterator[str]:
     with fresh_namespace(kueue_testbed, "k") as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def container_engine() -> Engine:
+    """buildah and podman on the test bed's container store (under the cache directory)."""
+    return Engine()
+
+
+@pytest.fixture(scope="session")
+def built_images(container_engine: Engine) -> dict[str, str]:
+    """The base, operator and trainer images of these sources, by name. `make test`'s bootstrap builds
+    them; here they are only looked up (or built, once per content, when run without it)."""
+    return images.ensure_images(container_engine)

@@ -26,7 +26,7 @@ UV_CACHE = cache_root() / "uv-cache"
 @dataclass(frozen=True)
 class Dockerfile:
     copy_sources: tuple[str, ...]  # from the build context (COPY --from=... excluded)
-    install_target: str  # what `pip install` installs, e.g. "." or ".[runtime]"
+    install_target: str  # what `pip install` installs, e.g. "/src" or "/src[runtime]"
     entrypoint: tuple[str, ...]
 
 
@@ -55,10 +55,10 @@ def parse(path: Path) -> Dockerfile:
             copies += [w for w in words if not w.startswith("--")][:-1]
         elif keyword == "RUN" and "pip install" in rest:
             for command in rest.split("&&"):
-                if "pip install" in command:
-                    targets += [
-                        w for w in shlex.split(command.split("pip install", 1)[1]) if not w.startswith("-")
-                    ]
+                words = shlex.split(command.split("pip install", 1)[1]) if "pip install" in command else []
+                # `pip install -r requirements.txt` installs the dependencies ahead of the project.
+                if words and "-r" not in words:
+                    targets += [w for w in words if not w.startswith("-")]
         elif keyword == "ENTRYPOINT":
             entrypoint = tuple(json.loads(rest))
     if len(targets) != 1:
@@ -87,8 +87,8 @@ def included(relative: str, dockerignore: str) -> bool:
 
 
 def install_extras(target: str) -> tuple[str, ...]:
-    """Extras named in a pip target such as ".[runtime]"."""
-    match = re.fullmatch(r"\.(?:\[([\w,\s-]+)\])?", target)
+    """Extras named in a pip target such as "/src[runtime]" (the directory pyproject.toml went to)."""
+    match = re.fullmatch(r"(?:\.|/src)(?:\[([\w,\s-]+)\])?", target)
     if match is None:
         raise ValueError(f"pip install target {target!r} is not the project directory")
     return tuple(e.strip() for e in (match.group(1) or "").split(",") if e.strip())

@@ -15,6 +15,7 @@ from hetero_operator.testbed.nodes import (
     GPU_RESOURCE,
     KWOK_ANNOTATION,
     LOCAL_NODE_LABEL,
+    LOCAL_RUNTIME_LABEL,
     FakeNode,
     NodeList,
     node_manifest,
@@ -39,6 +40,9 @@ def test_local_node_is_not_managed_by_kwok() -> None:
     manifest = node_manifest(node)
     assert KWOK_ANNOTATION not in manifest["metadata"]["annotations"]
     assert manifest["metadata"]["labels"][LOCAL_NODE_LABEL] == "true"
+    assert manifest["metadata"]["labels"][LOCAL_RUNTIME_LABEL] == "process"
+    container = node_manifest(FakeNode(name="c-0", gpu_class="fast", gpus=1, local=True, runtime="container"))
+    assert container["metadata"]["labels"][LOCAL_RUNTIME_LABEL] == "container"
 
 
 @pytest.mark.parametrize(
@@ -52,6 +56,8 @@ def test_local_node_is_not_managed_by_kwok() -> None:
             {"nodes": [{"name": "n", "gpuClass": "a", "gpus": 1}, {"name": "n", "gpuClass": "b", "gpus": 2}]},
             "unique",
         ),
+        ({"nodes": [{"name": "n", "gpuClass": "a", "gpus": 1, "runtime": "container"}]}, "local: true"),
+        ({"nodes": [{"name": "n", "gpuClass": "a", "gpus": 1, "local": True, "runtime": "vm"}]}, "runtime"),
     ],
 )
 def test_bad_node_lists_name_the_field(raw: dict[str, object], field: str) -> None:

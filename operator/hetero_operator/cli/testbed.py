@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hetero_operator.testbed import build, kueue
+from hetero_operator.testbed import build, images, kueue
 from hetero_operator.testbed.cluster import Testbed, TestbedError
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
@@ -32,6 +32,22 @@ def build_cmd() -> None:
     with console.status("building the test bed") as status:
         out = build.build_all(on_step=lambda msg: status.update(msg))
     console.print(f"binaries cached in {out}")
+
+
+@app.command("images")
+def images_cmd() -> None:
+    """Build the base, operator and trainer images that are missing for these sources (buildah, no
+    Docker engine or registry) and list them; cached by content in the test bed's container store."""
+    try:
+        with console.status("building images") as status:
+            tags = images.ensure_images(on_step=lambda msg: status.update(msg))
+    except RuntimeError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(1) from err
+    table = Table("image", "tag")
+    for name, tag in tags.items():
+        table.add_row(name, tag)
+    Console().print(table)
 
 
 @app.command("bin")

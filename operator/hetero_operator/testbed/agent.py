@@ -1,9 +1,10 @@
 """The local process node agent: a small kubelet for test-bed nodes labelled as local process nodes.
 
-It keeps those nodes Ready (status and Lease), runs every pod bound to them as a host process on its
-own loopback address, mirrors ConfigMap and Secret volumes into directories, reports pod status like a
-kubelet (Running, then Succeeded or Failed with the exit code), and on deletion stops the process
-(SIGTERM, grace period, SIGKILL) before removing the pod object.
+It keeps those nodes Ready (status and Lease), runs every pod bound to them on its own loopback
+address, as a host process or, on a container node, as a podman container of its image under its
+security context; mirrors ConfigMap and Secret volumes into directories, reports pod status like a
+kubelet (Running, then Succeeded or Failed with the exit code, or Waiting with a reason), and on
+deletion stops the pod (SIGTERM, grace period, SIGKILL) before removing the pod object.
 
 Run by the test bed as `python -m hetero_operator.testbed.agent --kubeconfig K --root DIR`.
 """
@@ -11,7 +12,6 @@ Run by the test bed as `python -m hetero_operator.testbed.agent --kubeconfig K -
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import datetime as dt
 import json
@@ -28,23 +28,25 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from hetero_operator.testbed import processes
+from hetero_operator.testbed import pod_status, pod_volumes, processes
+from hetero_operator.testbed.container_node import ContainerNode
+from hetero_operator.testbed.containers import ContainerConfigError
 from hetero_operator.testbed.local_pods import (
     PodNotReadyToStart,
     dns_names,
-    downward_api_files,
     nth_pod_ip,
+    pod_env,
     process_plan,
     speed_for_node,
 )
-from hetero_operator.testbed.nodes import LOCAL_NODE_LABEL
+from hetero_operator.testbed.node_heartbeat import NodeHeartbeat
+from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, LOCAL_RUNTIME_LABEL
 
 log = logging.getLogger("heterotrain.agent")
 POLL_SECONDS = 0.3
-LEASE_SECONDS = 40
-STATUS_HEARTBEAT_SECONDS = 30
 MAX_GRACE_SECONDS = 30.0
 POD_IP_START_SPREAD = 20_000
+RETRY_SECONDS = 2.0
 
 
 def _now() -> str:
@@ -64,13 +66,16 @@ class RunningPod:
     kill_deadline: float | None = None
     config_maps: dict[str, str] = field(default_factory=dict)  # volume dir -> ConfigMap name
     downward: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume dir -> Downward API volume
+    in_container: bool = False  # started by podman on a container node
+    reported_running: bool = False
+    retry_at: float = 0.0  # a pod that cannot start yet is tried again from then on
+    waiting: tuple[str, str] | None = None  # the reason and message last reported
 
 
 class Agent:
     def __init__(self, api_client: client.ApiClient, root: Path, speed_scale: float = 1.0) -> None:
         # Objects from the API are handled as plain data; the client's generated types add nothing here.
         self.core: Any = client.CoreV1Api(api_client)
-        self.coordination: Any = client.CoordinationV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.root = root
         self.speed_scale = speed_scale
@@ -80,72 +85,13 @@ class Agent:
         self.ip_index = random.randrange(POD_IP_START_SPREAD)
         self.used_ips: set[str] = set()
         self.ports: dict[tuple[str, str], str] = {}
-        self.last_status_beat: dict[str, float] = {}
-        self.last_lease_beat: dict[str, float] = {}
+        self.heartbeat = NodeHeartbeat(self.core, client.CoordinationV1Api(api_client))
         self.stopping = False
+        self.containers: ContainerNode | None = None  # created for the first pod of a container node
 
     # ---- nodes --------------------------------------------------------------------------------
     def local_nodes(self) -> list[Any]:
         return list(self.core.list_node(label_selector=f"{LOCAL_NODE_LABEL}=true").items)
-
-    def heartbeat(self, node: Any) -> None:
-        name = node.metadata.name
-        now = time.monotonic()
-        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-        if not ready or now - self.last_status_beat.get(name, 0) > STATUS_HEARTBEAT_SECONDS:
-            stamp = _now()
-            conditions = [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "LocalProcessNodeReady",
-                    "message": "local process node agent is running",
-                    "lastHeartbeatTime": stamp,
-                    "lastTransitionTime": stamp,
-                },
-            ] + [
-                {
-                    "type": kind,
-                    "status": "False",
-                    "reason": f"No{kind}",
-                    "message": "",
-                    "lastHeartbeatTime": stamp,
-                    "lastTransitionTime": stamp,
-                }
-                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
-            ]
-            body = {
-                "status": {
-                    "conditions": conditions,
-                    "addresses": [
-                        {"type": "InternalIP", "address": "127.0.0.1"},
-                        {"type": "Hostname", "address": name},
-                    ],
-                    "nodeInfo": {
-                        "architecture": "amd64",
-                        "operatingSystem": "linux",
-                        "kubeletVersion": "local-process",
-                        "containerRuntimeVersion": "host-process",
-                    },
-                    "phase": "Running",
-                }
-            }
-            self.core.patch_node_status(name, body)
-            self.last_status_beat[name] = now
-        if now - self.last_lease_beat.get(name, 0) > LEASE_SECONDS / 4:
-            self._renew_lease(name)
-            self.last_lease_beat[name] = now
-
-    def _renew_lease(self, node_name: str) -> None:
-        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        spec = {"holderIdentity": node_name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": renew}
-        try:
-            self.coordination.patch_namespaced_lease(node_name, "kube-node-lease", {"spec": spec})
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            body = {"metadata": {"name": node_name, "namespace": "kube-node-lease"}, "spec": spec}
-            self.coordination.create_namespaced_lease("kube-node-lease", body)
 
     # ---- pods ---------------------------------------------------------------------------------
     def _next_ip(self) -> str:
@@ -161,7 +107,7 @@ class Agent:
         if not nodes and not self.pods:
             return
         for node in nodes:
-            self.heartbeat(node)
+            self.heartbeat.beat(node)
         try:
             classes = self.custom.list_cluster_custom_object("heterotrain.io", "v1alpha1", "gpuclasses")[
                 "items"
@@ -188,7 +134,7 @@ class Agent:
                     log.warning("pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, err.reason)
         for uid in list(self.pods):
             if uid not in seen:  # deleted behind our back: make sure its process is gone
-                self._kill(self.pods.pop(uid), force=True)
+                self._kill(self.pods.pop(uid))
 
     def _dns(self, pods: list[Any]) -> dict[str, str]:
         names: dict[str, str] = {}
@@ -245,28 +191,18 @@ class Agent:
             return
         self._refresh_config_maps(running)
         if running.downward:
-            self._refresh_downward_api(self.core.api_client.sanitize_for_serialization(pod), running)
+            pod_volumes.project_downward(
+                self.core.api_client.sanitize_for_serialization(pod), running.downward
+            )
         code = running.process.poll()
+        # A container is Running once podman has created and started it, not when `podman run` is.
+        waiting = code is None and not running.reported_running and self.containers is not None
+        if waiting and self.containers is not None and self.containers.is_running(running.uid):
+            running.started_at = _now()
+            self._report_running(pod, running)
         if code is not None and not running.finished:
             running.finished = True
             self._report_exit(pod, code, None, running.started_at)
-
-    def _volume_dirs(self, pod_dict: dict[str, Any], running: RunningPod) -> dict[str, Path]:
-        dirs: dict[str, Path] = {}
-        for volume in pod_dict["spec"].get("volumes") or []:
-            name = volume["name"]
-            if "persistentVolumeClaim" in volume:
-                # Claims outlive pods: checkpoints written here survive a restart, as on a real volume.
-                path = self.root / "claims" / running.namespace / volume["persistentVolumeClaim"]["claimName"]
-            else:
-                path = running.directory / "volumes" / name
-            path.mkdir(parents=True, exist_ok=True)
-            dirs[name] = path
-            if "configMap" in volume:
-                running.config_maps[str(path)] = volume["configMap"]["name"]
-            if "downwardAPI" in volume:
-                running.downward[str(path)] = volume
-        return dirs
 
     def _start(
         self,
@@ -276,56 +212,52 @@ class Agent:
         classes: list[dict[str, Any]],
         node_labels: dict[str, dict[str, str]],
     ) -> None:
+        if time.monotonic() < running.retry_at:
+            return
         pod_dict = self.core.api_client.sanitize_for_serialization(pod)
         running.directory.mkdir(parents=True, exist_ok=True)
-        volume_dirs = self._volume_dirs(pod_dict, running)
-        namespace = running.namespace
-        config_maps: dict[str, dict[str, str]] = {}
-        secrets: dict[str, dict[str, str]] = {}
-        for item in self.core.list_namespaced_config_map(namespace).items:
-            config_maps[item.metadata.name] = dict(item.data or {})
-        for item in self.core.list_namespaced_secret(namespace).items:
-            secrets[item.metadata.name] = {
-                k: base64.b64decode(v).decode() for k, v in (item.data or {}).items()
-            }
-        for volume_dir, cm_name in running.config_maps.items():
-            if cm_name not in config_maps:
-                return  # the ConfigMap is not there yet; try again on the next pass
-            _write_files(Path(volume_dir), config_maps[cm_name])
-        for volume in pod_dict["spec"].get("volumes") or []:
-            if "secret" in volume and volume["secret"]["secretName"] in secrets:
-                _write_files(volume_dirs[volume["name"]], secrets[volume["secret"]["secretName"]])
-        self._refresh_downward_api(pod_dict, running)
-        relative = speed_for_node(node_labels.get(pod.spec.node_name, {}), classes)
+        volume_dirs, running.config_maps = pod_volumes.volume_dirs(pod_dict, self.root, running.directory)
+        running.downward = pod_volumes.downward_volumes(pod_dict, volume_dirs)
+        stores = pod_volumes.read_stores(self.core, running.namespace)
+        if not pod_volumes.mirror(pod_dict, volume_dirs, running.config_maps, stores):
+            return  # a ConfigMap is not there yet; try again on the next pass
+        pod_volumes.project_downward(pod_dict, running.downward)
+        labels = node_labels.get(pod.spec.node_name, {})
+        relative = speed_for_node(labels, classes)
         speed = None if relative is None else relative * self.speed_scale
-        env_master = self._master_port_map(pod_dict, dns)
+        port_map = self._master_port_map(pod_dict, dns)
         try:
-            plan = process_plan(
-                pod_dict,
-                running.ip,
-                running.directory,
-                volume_dirs,
-                config_maps,
-                secrets,
-                dns,
-                speed,
-                env_master,
-            )
+            if labels.get(LOCAL_RUNTIME_LABEL) == CONTAINER_RUNTIME:
+                env = pod_env(pod_dict, running.ip, *stores, dns, speed, port_map)
+                if self.containers is None:
+                    self.containers = ContainerNode(self.root)
+                launch = self.containers.launch(pod_dict, running.directory, volume_dirs, env, dns)
+                (argv, process_env, cwd), running.in_container = launch, True
+            else:
+                plan = process_plan(
+                    pod_dict, running.ip, running.directory, volume_dirs, *stores, dns, speed, port_map
+                )
+                argv, process_env, cwd = plan.argv, plan.env, plan.cwd
         except PodNotReadyToStart as why:
-            log.info("pod %s/%s waits: %s", namespace, running.name, why)
+            log.info("pod %s/%s waits: %s", running.namespace, running.name, why)
+            return
+        except ContainerConfigError as err:
+            self._report_waiting(pod, running, err.reason, str(err))
             return
         except ValueError as err:
-            running.process = None
             running.finished = True
             self._report_exit(pod, 128, f"cannot run as a local process: {err}")
             return
+        self._spawn(pod, running, argv, process_env, cwd)
+
+    def _spawn(self, pod: Any, running: RunningPod, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         log_path = running.directory / "container.log"
         try:
             with log_path.open("ab") as sink:
                 running.process = subprocess.Popen(
-                    plan.argv,
-                    env=plan.env,
-                    cwd=plan.cwd,
+                    argv,
+                    env=env,
+                    cwd=cwd,
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -334,42 +266,21 @@ class Agent:
         except OSError as err:
             # Like a kubelet whose container cannot start: the pod fails with the reason (exit 127).
             running.finished = True
-            self._report_exit(pod, 127, f"cannot start {plan.argv[0]}: {err.strerror}")
+            self._report_exit(pod, 127, f"cannot start {argv[0]}: {err.strerror}")
             return
-        (running.directory / "pid").write_text(
-            json.dumps({"pid": running.process.pid, "binary": plan.argv[0]})
-        )
+        (running.directory / "pid").write_text(json.dumps({"pid": running.process.pid, "binary": argv[0]}))
         running.started_at = _now()
-        container = pod.spec.containers[0]
-        self.core.patch_namespaced_pod_status(
-            running.name,
-            namespace,
-            {
-                "status": {
-                    "phase": "Running",
-                    "podIP": running.ip,
-                    "podIPs": [{"ip": running.ip}],
-                    "hostIP": "127.0.0.1",
-                    "startTime": running.started_at,
-                    "conditions": [
-                        {"type": t, "status": "True", "lastTransitionTime": running.started_at}
-                        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-                    ],
-                    "containerStatuses": [
-                        {
-                            "name": container.name,
-                            "image": container.image or "",
-                            "imageID": "",
-                            "ready": True,
-                            "restartCount": 0,
-                            "started": True,
-                            "state": {"running": {"startedAt": running.started_at}},
-                        }
-                    ],
-                }
-            },
+        log.info(
+            "started %s/%s as pid %d on %s", running.namespace, running.name, running.process.pid, running.ip
         )
-        log.info("started %s/%s as pid %d on %s", namespace, running.name, running.process.pid, running.ip)
+        if not running.in_container:
+            self._report_running(pod, running)
+
+    def _report_running(self, pod: Any, running: RunningPod) -> None:
+        running.reported_running = True
+        container = pod.spec.containers[0]
+        body = pod_status.running(running.ip, running.started_at, container.name, container.image or "")
+        self.core.patch_namespaced_pod_status(running.name, running.namespace, body)
 
     def _master_port_map(self, pod: dict[str, Any], dns: dict[str, str]) -> dict[tuple[str, str], str]:
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
@@ -386,88 +297,67 @@ class Agent:
                 data = self.core.read_namespaced_config_map(cm_name, running.namespace).data or {}
             except ApiException:
                 continue
-            _write_files(Path(volume_dir), data)
-
-    @staticmethod
-    def _refresh_downward_api(pod: dict[str, Any], running: RunningPod) -> None:
-        """Labels and annotations as the pod has them now (the worker watches for the checkpoint
-        annotation there), as a kubelet keeps a Downward API volume current."""
-        for volume_dir, volume in running.downward.items():
-            _write_files(Path(volume_dir), downward_api_files(pod, volume))
+            pod_volumes.write_files(Path(volume_dir), data)
 
     def _report_exit(self, pod: Any, code: int, message: str | None, started_at: str = "") -> None:
-        stamp = _now()
         container = pod.spec.containers[0]
-        terminated: dict[str, Any] = {
-            "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
-            "finishedAt": stamp,
-            "startedAt": started_at or stamp,
-        }
-        if message:
-            terminated["message"] = message
-        self.core.patch_namespaced_pod_status(
-            pod.metadata.name,
-            pod.metadata.namespace,
-            {
-                "status": {
-                    "phase": "Succeeded" if code == 0 else "Failed",
-                    "conditions": [
-                        {"type": t, "status": "False", "lastTransitionTime": stamp}
-                        for t in ("ContainersReady", "Ready")
-                    ],
-                    "containerStatuses": [
-                        {
-                            "name": container.name,
-                            "image": container.image or "",
-                            "imageID": "",
-                            "ready": False,
-                            "restartCount": 0,
-                            "started": False,
-                            "state": {"terminated": terminated},
-                        }
-                    ],
-                }
-            },
-        )
+        body = pod_status.terminated(container.name, container.image or "", code, message, started_at, _now())
+        self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
         log.info("pod %s/%s exited with %d", pod.metadata.namespace, pod.metadata.name, code)
+
+    def _report_waiting(self, pod: Any, running: RunningPod, reason: str, message: str) -> None:
+        running.retry_at = time.monotonic() + RETRY_SECONDS
+        if running.waiting == (reason, message):
+            return
+        running.waiting = (reason, message)
+        container = pod.spec.containers[0]
+        body = pod_status.waiting(container.name, container.image or "", reason, message)
+        self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
+        log.info("pod %s/%s waits: %s: %s", pod.metadata.namespace, pod.metadata.name, reason, message)
 
     def _delete(self, pod: Any, running: RunningPod | None) -> None:
         if running is not None and running.process is not None and running.process.poll() is None:
             if running.kill_deadline is None:
                 grace = min(float(pod.metadata.deletion_grace_period_seconds or 30), MAX_GRACE_SECONDS)
                 running.kill_deadline = time.monotonic() + grace
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(running.process.pid, signal.SIGTERM)
+                self._signal(running, signal.SIGTERM)
                 return
             if time.monotonic() < running.kill_deadline:
                 return
-            self._kill(running, force=True)
+            self._kill(running)
         self.pods.pop(pod.metadata.uid, None)
         with contextlib.suppress(ApiException):
             self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
 
-    @staticmethod
-    def _kill(running: RunningPod, force: bool) -> None:
+    def _signal(self, running: RunningPod, signum: signal.Signals) -> None:
+        """Signal the pod's process group, or its container through podman (which owns that process)."""
+        if running.in_container and self.containers is not None:
+            self.containers.signal(running.uid, signum)
+            return
+        if running.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(running.process.pid, signum)
+
+    def _kill(self, running: RunningPod) -> None:
         if running.process is None or running.process.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(running.process.pid, signal.SIGKILL if force else signal.SIGTERM)
+        self._signal(running, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            running.process.wait(timeout=5)
+            running.process.wait(timeout=10)
 
     def shutdown(self) -> None:
-        """Stop every pod process; the pods are left for the API server's owners to clean up."""
-        for running in self.pods.values():
-            if running.process is not None and running.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(running.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for running in self.pods.values():
-            if running.process is not None:
+        """Stop every pod (SIGTERM, then SIGKILL after 5 s); the pods are left for the API server's
+        owners to clean up."""
+        alive = [r for r in self.pods.values() if r.process is not None and r.process.poll() is None]
+        for signum, wait_seconds in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            for running in alive:
+                self._signal(running, signum)
+            deadline = time.monotonic() + wait_seconds
+            for running in alive:
+                assert running.process is not None
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     running.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                self._kill(running, force=True)
+            alive = [r for r in alive if r.process is not None and r.process.poll() is None]
 
     def run(self) -> None:
         while not self.stopping:
@@ -479,18 +369,6 @@ class Agent:
                 log.exception("sync failed")
             time.sleep(POLL_SECONDS)
         self.shutdown()
-
-
-def _write_files(directory: Path, data: dict[str, str]) -> None:
-    """Write keys as files, atomically and only when changed (a reader never sees half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for key, value in data.items():
-        target = directory / key
-        if target.exists() and target.read_text() == value:
-            continue
-        scratch = directory / f".{key}.tmp"
-        scratch.write_text(value)
-        os.replace(scratch, target)
 
 
 def main(argv: list[str] | None = None) -> None:

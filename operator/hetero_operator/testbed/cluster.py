@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from hetero_operator.testbed import build, certs, processes
+from hetero_operator.testbed.container_node import remove_leftovers
 from hetero_operator.testbed.kubeconfig import write_kubeconfig
 from hetero_operator.testbed.nodes import NodeList, node_manifest
 from hetero_operator.testbed.prometheus import prometheus_config
@@ -275,6 +276,7 @@ class Testbed:
             return
         for _name, info in reversed(list(state.processes.items())):
             processes.stop(info["pid"], info["binary"])
+        remove_leftovers(self.root / "local-pods")
         self.state_file.unlink(missing_ok=True)
         for sub in ("etcd", "prometheus", "kueue"):
             shutil.rmtree(self.root / sub, ignore_errors=True)

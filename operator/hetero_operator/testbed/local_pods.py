@@ -113,7 +113,7 @@ def downward_api_files(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> dic
     return files
 
 
-def _expand(value: str, env: Mapping[str, str]) -> str:
+def expand(value: str, env: Mapping[str, str]) -> str:
     """Kubernetes `$(VAR)` expansion: known variables are replaced, unknown references stay as written."""
     return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
 
@@ -143,7 +143,7 @@ def container_env(
     for item in container.get("env") or []:
         name = item["name"]
         if "value" in item:
-            env[name] = _expand(str(item["value"]), env)
+            env[name] = expand(str(item["value"]), env)
             continue
         ref = item.get("valueFrom") or {}
         if "fieldRef" in ref:
@@ -196,6 +196,36 @@ def host_argv(argv: list[str]) -> list[str]:
     return list(argv)
 
 
+def pod_env(
+    pod: Mapping[str, Any],
+    pod_ip: str,
+    config_maps: Mapping[str, Mapping[str, str]],
+    secrets: Mapping[str, Mapping[str, str]],
+    dns: Mapping[str, str],
+    simulated_speed: float | None,
+    port_map: Mapping[tuple[str, str], str] | None = None,
+) -> dict[str, str]:
+    """The first container's environment on a local node, process or container: sibling pods' names
+    resolved to their addresses, the rendezvous port made unique, the pod's address and speed added."""
+    containers = pod.get("spec", {}).get("containers") or []
+    if not containers:
+        raise ValueError("the pod has no containers")
+    env = container_env(pod, containers[0], pod_ip, config_maps, secrets)
+    env = resolve_names(env, dns)
+    unresolved = sibling_pod_names(env)
+    if unresolved:
+        # As before cluster DNS has the record: starting now would bake in a name no host resolver knows.
+        raise PodNotReadyToStart(f"{unresolved[0]} has no address yet")
+    if port_map and "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        # Pods here share one network namespace: a job's rendezvous port is made unique per master.
+        env["MASTER_PORT"] = port_map.get((env["MASTER_ADDR"], env["MASTER_PORT"]), env["MASTER_PORT"])
+    env.setdefault(POD_IP_ENV, pod_ip)
+    if simulated_speed is not None:
+        env.setdefault(SIMULATED_SPEED_ENV, f"{simulated_speed:g}")
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
 def process_plan(
     pod: Mapping[str, Any],
     pod_ip: str,
@@ -208,33 +238,18 @@ def process_plan(
     port_map: Mapping[tuple[str, str], str] | None = None,
 ) -> ProcessPlan:
     """Everything needed to start the pod's first container as a host process."""
-    containers = pod.get("spec", {}).get("containers") or []
-    if not containers:
-        raise ValueError("the pod has no containers")
-    container = containers[0]
-    env = container_env(pod, container, pod_ip, config_maps, secrets)
-    env = resolve_names(env, dns)
-    unresolved = sibling_pod_names(env)
-    if unresolved:
-        # As before cluster DNS has the record: starting now would bake in a name no host resolver knows.
-        raise PodNotReadyToStart(f"{unresolved[0]} has no address yet")
+    env = pod_env(pod, pod_ip, config_maps, secrets, dns, simulated_speed, port_map)
+    container = pod["spec"]["containers"][0]
     mounts = {
         m["mountPath"]: volume_dirs[m["name"]]
         for m in container.get("volumeMounts") or []
         if m["name"] in volume_dirs
     }
     env = {k: _rewrite_paths(v, mounts) for k, v in env.items()}
-    if port_map and "MASTER_ADDR" in env and "MASTER_PORT" in env:
-        # Pods here share one network namespace: a job's rendezvous port is made unique per master.
-        env["MASTER_PORT"] = port_map.get((env["MASTER_ADDR"], env["MASTER_PORT"]), env["MASTER_PORT"])
-    env.setdefault(POD_IP_ENV, pod_ip)
-    if simulated_speed is not None:
-        env.setdefault(SIMULATED_SPEED_ENV, f"{simulated_speed:g}")
-    env["GLOO_SOCKET_IFNAME"] = "lo"
     raw_argv = [*(container.get("command") or []), *(container.get("args") or [])]
     # Container paths are rewritten before the command is mapped onto this host's Python environment:
     # the host's own paths (which may lie under a mounted directory such as /tmp) stay as they are.
-    argv = host_argv([_rewrite_paths(_expand(a, env), mounts) for a in raw_argv])
+    argv = host_argv([_rewrite_paths(expand(a, env), mounts) for a in raw_argv])
     bin_dir = str(Path(sys.executable).parent)
     base_env = {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_CLASS_LABEL = "heterotrain.io/gpu-class"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_TAINT_KEY = "kwok.x-k8s.io/node"
 LOCAL_NODE_LABEL = "heterotrain.io/local-process-node"
+# How a local node runs its pods: as host processes (the image ignored) or as containers of their images.
+LOCAL_RUNTIME_LABEL = "heterotrain.io/local-node-runtime"
+PROCESS_RUNTIME = "process"
+CONTAINER_RUNTIME = "container"
 
 
 class FakeNode(BaseModel):
@@ -26,8 +30,19 @@ class FakeNode(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     local: bool = Field(
         default=False,
-        description="Run this node's pods as host processes instead of simulating them.",
+        description="Run this node's pods on this machine instead of simulating them.",
     )
+    runtime: Literal["process", "container"] = Field(
+        default="process",
+        description="For a local node: run its pods as host processes, or as containers of their images "
+        "(podman with runc, under the pod's security context).",
+    )
+
+    @model_validator(mode="after")
+    def _container_needs_local(self) -> FakeNode:
+        if self.runtime == CONTAINER_RUNTIME and not self.local:
+            raise ValueError(f"node {self.name}: runtime container needs local: true (KWOK simulates pods)")
+        return self
 
 
 class NodeList(BaseModel):
@@ -65,6 +80,7 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if node.local:
         labels[LOCAL_NODE_LABEL] = "true"
+        labels[LOCAL_RUNTIME_LABEL] = node.runtime
     else:
         metadata["annotations"][KWOK_ANNOTATION] = "fake"
         spec["taints"] = [{"key": KWOK_TAINT_KEY, "value": "fake", "effect": "NoSchedule"}]
