@@ -3,9 +3,12 @@
 It stands in for the API server behind `controller.k8s.KubeClient` (the same methods), with what the
 operator relies on: resourceVersions that only grow, merge patches (RFC 7386) with a resourceVersion
 precondition, the status subresource, finalizers and deletion timestamps, 409 on creating what
-exists, 404 on what is gone. `indexes` are what kopf's watches would hold, built from the stored
-objects (or from a moment in the past while the watch is held back). Faults can be injected per
-request. The live test bed stays the place where the real API server is tested against.
+exists, 404 on what is gone, and server-side apply as far as one field manager goes: an apply sets
+the top-level fields it carries and removes those the same manager set before and now leaves out
+(the real API server tracks ownership down to list items; a test that needs more belongs on the
+test bed). `indexes` are what kopf's watches would hold, built from the stored objects (or from a
+moment in the past while the watch is held back). Faults can be injected per request. The live test
+bed stays the place where the real API server is tested against.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.controller.k8s import KubeError
+from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
 from hetero_operator.resources import GPUClass, InvalidResourceError
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
@@ -38,6 +42,10 @@ KINDS = {
     "Node": "nodes",
     "HeteroTrainJob": "heterotrainjobs",
     "GPUClass": "gpuclasses",
+    "Workload": "workloads",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "ResourceFlavor": "resourceflavors",
 }
 
 
@@ -73,6 +81,7 @@ class FakeKube:
         self._faults: list[Fault] = []
         self._before: list[tuple[str, str, Callable[[], None]]] = []
         self._held: dict[Key, dict[str, Any]] | None = None
+        self._applied: dict[tuple[Key, str, str], set[str]] = {}  # (object, part, manager) -> fields
         self.now = start
 
     # --- faults and the watch -------------------------------------------------------------------
@@ -151,6 +160,32 @@ class FakeKube:
             updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         self._store(key, updated)
         return self._finish_if_released(key)
+
+    async def apply(
+        self, path: str, manifest: Mapping[str, Any], field_manager: str
+    ) -> dict[str, Any] | None:
+        """Server-side apply (forced) of the part `path` names: the status subresource's `status`,
+        or the object's other top-level fields."""
+        self._check("PATCH", path)
+        plural, namespace, name, sub = _parse(path)
+        key = (plural, namespace, name or "")
+        current = self.objects.get(key)
+        if current is None:
+            return None
+        wanted = (manifest.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise KubeError(409, "PATCH", path, "the object has been modified")
+        part = "status" if sub == "status" else "spec"
+        given = dict(manifest.get(part) or {})
+        owned = self._applied.get((key, part, field_manager), set())
+        updated = copy.deepcopy(current)
+        target = updated.setdefault(part, {})
+        for field_name in owned - set(given):
+            target.pop(field_name, None)
+        target.update(copy.deepcopy(given))
+        self._applied[(key, part, field_manager)] = set(given)
+        self._store(key, updated)
+        return copy.deepcopy(updated)
 
     async def remove_finalizer(self, path: str, finalizers: Sequence[str], finalizer: str) -> None:
         self._check("PATCH", path)
@@ -321,12 +356,23 @@ class ManualClock:
         await asyncio.sleep(0)
 
 
-INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
+INDEX_NAMES = (
+    "htj_classes",
+    "htj_nodes",
+    "htj_jobs",
+    "htj_pods",
+    "htj_workloads",
+    "htj_local_queues",
+    "htj_cluster_queues",
+    "htj_flavors",
+)
 
 
 def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list[object]]]:
     built: dict[str, dict[str, list[object]]] = {name: {} for name in INDEX_NAMES}
-    for (plural, _, name), body in objects.items():
+    for (plural, namespace, name), body in objects.items():
+        if _build_kueue(built, plural, namespace, name, body):
+            continue
         if plural == "gpuclasses":
             try:
                 built["htj_classes"][name] = [ClassFacts.from_model(GPUClass.from_k8s(dict(body)))]
@@ -342,3 +388,22 @@ def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list
             if pod.job is not None or (pod.resources and pod.node):
                 built["htj_pods"].setdefault(pod_index_key(pod), []).append(pod)
     return built
+
+
+def _build_kueue(
+    built: dict[str, dict[str, list[object]]], plural: str, namespace: str, name: str, body: Mapping[str, Any]
+) -> bool:
+    """The Kueue indexes (True: `body` was a Kueue object)."""
+    if plural == "workloads":
+        workload = WorkloadFacts.from_body(body)
+        if workload is not None:
+            built["htj_workloads"].setdefault(workload.job_key, []).append(workload)
+    elif plural == "localqueues":
+        built["htj_local_queues"][f"{namespace}/{name}"] = [LocalQueueFacts.from_body(body)]
+    elif plural == "clusterqueues":
+        built["htj_cluster_queues"][name] = [ClusterQueueFacts.from_body(body)]
+    elif plural == "resourceflavors":
+        built["htj_flavors"][name] = [FlavorFacts.from_body(body)]
+    else:
+        return False
+    return True

@@ -1,0 +1,144 @@
+"""Which Workload a job labelled for Kueue asks for (pure): its LocalQueue and ClusterQueue, the
+quota that queue has for the job's GPU classes, and the best mix within it, as a Workload manifest;
+or, when there is none, a reason that names the queue and the classes and says what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hetero_operator.controller.facts import ClassFacts
+from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
+from hetero_operator.controller.job_cycle import JobCycle
+from hetero_operator.kueue.constants import QUEUE_NAME_LABEL
+from hetero_operator.kueue.facts import PROPOSED_AT_ANNOTATION, ClusterQueueFacts
+from hetero_operator.kueue.proposal import mix_text, propose
+from hetero_operator.kueue.quota import ClassQuota, class_quotas
+from hetero_operator.kueue.workload import ProposedMix, WorkloadSpecError, build_workload, queue_name
+from hetero_operator.resources import GPUClassSpec
+from hetero_operator.scheduler import SchedulerConfig
+
+
+class Refusal:
+    """Reasons (the Admitted condition's) a job gets no Workload."""
+
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    CLASSES_NOT_OFFERED = "ClassesNotOffered"
+    QUOTA_TOO_SMALL = "QuotaTooSmall"
+    NOT_A_WORKLOAD = "InvalidWorkload"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """The job's queue and what it offers the job's classes."""
+
+    local_queue: str
+    cluster_queue: ClusterQueueFacts
+    quotas: Mapping[str, ClassQuota]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadProposal:
+    """A Workload to create, or the reason there is none (`reason`, `message`)."""
+
+    manifest: Mapping[str, Any] | None
+    mix: ProposedMix | None
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"]) if self.manifest is not None else ""
+
+
+def _refused(reason: str, message: str) -> WorkloadProposal:
+    return WorkloadProposal(None, None, reason, message)
+
+
+def _job_classes(item: JobCycle, view: ClusterView) -> list[str]:
+    wanted = list(item.job.spec.gpu_classes)
+    return wanted or list(view.classes)
+
+
+def queue_quota(item: JobCycle, view: ClusterView) -> QueueQuota | WorkloadProposal:
+    """The job's queue and its quota per GPU class, or why the job cannot use it."""
+    namespace = item.job.namespace
+    name = queue_name(item.job) or ""
+    local = view.kueue.local_queues.get((namespace, name))
+    if local is None:
+        return _refused(
+            Refusal.QUEUE_NOT_FOUND,
+            f"no LocalQueue {name} in namespace {namespace}: create it or correct the job's "
+            f"{QUEUE_NAME_LABEL} label",
+        )
+    cluster = view.kueue.cluster_queues.get(local.cluster_queue)
+    if cluster is None:
+        return _refused(
+            Refusal.QUEUE_NOT_FOUND,
+            f"LocalQueue {name} refers to ClusterQueue {local.cluster_queue}, which does not exist",
+        )
+    classes = _job_classes(item, view)
+    known = [view.classes[c] for c in classes if c in view.classes]
+    quotas = class_quotas(cluster, view.kueue.flavors, known)
+    if not quotas:
+        return _refused(
+            Refusal.CLASSES_NOT_OFFERED,
+            f"ClusterQueue {cluster.name} (LocalQueue {name}) offers no quota for the job's GPU classes "
+            f"{', '.join(classes) or '(none exist)'}: give it a ResourceFlavor whose nodeLabels are the "
+            "class's nodeSelector, with a nominalQuota of the class's GPU resource, or change "
+            "spec.gpuClasses",
+        )
+    return QueueQuota(name, cluster, quotas)
+
+
+def propose_workload(
+    item: JobCycle,
+    view: ClusterView,
+    now: float,
+    scheduler: SchedulerConfig,
+    unused_only: bool = False,
+) -> WorkloadProposal:
+    """The Workload for the best mix the queue's quota can admit (`unused_only`: admit now)."""
+    found = queue_quota(item, view)
+    if isinstance(found, WorkloadProposal):
+        return found
+    caps = {c: (q.unused if unused_only else q.nominal) for c, q in found.quotas.items()}
+    request = job_request(item.facts, item.job, item.status, holding=False)
+    proposal = propose(request, build_snapshot(view, (), now), caps, scheduler)
+    if proposal.mix is None:
+        quota = "unused quota" if unused_only else "quota"
+        return _refused(
+            Refusal.QUOTA_TOO_SMALL,
+            f"ClusterQueue {found.cluster_queue.name} (LocalQueue {found.local_queue}): "
+            f"the {quota} for the job's classes admits no placement: {proposal.problem}",
+        )
+    try:
+        manifest = build_workload(item.job, proposal.mix, _specs(view.classes))
+    except WorkloadSpecError as error:
+        return _refused(Refusal.NOT_A_WORKLOAD, str(error))
+    annotations = manifest["metadata"].setdefault("annotations", {})
+    annotations[PROPOSED_AT_ANNOTATION] = f"{now:.3f}"
+    return WorkloadProposal(manifest, proposal.mix)
+
+
+def _specs(classes: Mapping[str, ClassFacts]) -> dict[str, GPUClassSpec]:
+    """The GPUClass specs a Workload's pod templates are built from."""
+    return {
+        name: GPUClassSpec.model_validate(
+            {
+                "nodeSelector": dict(c.node_selector),
+                "resourceName": c.resource_name,
+                "memoryGiB": c.memory_gib,
+                "relativeSpeed": c.relative_speed,
+                "costWeight": c.cost_weight,
+                "tolerations": [dict(t) for t in c.tolerations] or None,
+            }
+        )
+        for name, c in classes.items()
+    }
+
+
+def describe_mix(mix: ProposedMix | Mapping[str, int]) -> str:
+    """ "fast: 2, slow: 1 GPUs"."""
+    return f"{mix_text(mix)} GPUs"
