@@ -58,9 +58,12 @@ class ChartAccount:
 
 
 @contextmanager
-def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount]:
+def chart_service_account(
+    testbed: Testbed, home: Path, extra_values: dict[str, Any] | None = None
+) -> Iterator[ChartAccount]:
     """The chart installed in cluster-wide RBAC mode into a namespace of its own, with nothing but its
-    ServiceAccount and RBAC (no CRDs, classes, dashboards or operator pod): uninstalled afterwards."""
+    ServiceAccount and RBAC (no CRDs, classes, dashboards or operator pod): uninstalled afterwards.
+    `extra_values` add to the chart's values (for example turning the Kueue integration on)."""
     release = f"ht-{uuid.uuid4().hex[:6]}"
     namespace = f"heterotrain-{release}"
     values = {
@@ -69,6 +72,7 @@ def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount
         "gpuClasses": {"enabled": False},
         "dashboards": {"enabled": False},
         "watchNamespaces": [],
+        **(extra_values or {}),
     }
     kubeconfig = str(testbed.kubeconfig)
     testbed.kubectl("create", "namespace", namespace)
