@@ -171,18 +171,37 @@ def test_deleting_a_job_releases_its_quota(
 def test_an_operator_restarted_during_admission_leaves_no_duplicate_workload_or_pod(
     kueue_testbed: Testbed, kueue_namespace: str, kueue_operator: OperatorProcess, kueue_jobs: Jobs
 ) -> None:
+    """Kueue admits a job's Workload while the operator is down; the restarted operator places it
+    once, and a job whose Workload went meanwhile is stopped and submitted again, once."""
     KueueQueue(kueue_testbed, kueue_namespace, {"fast": 3})
+    kueue_jobs.apply(queued(kueue_jobs, "holder", 3))
+    wait_for(lambda: running(kueue_jobs, "holder", 3), REACTS, "the holder running")
     kueue_jobs.apply(queued(kueue_jobs, "train", 3))
-    wait_for(lambda: workloads(kueue_jobs, "train"), REACTS, "the job's Workload created")
-    kueue_operator.kill()  # while Kueue admits it
-    kueue_operator.start()
-    pods = wait_for(lambda: running(kueue_jobs, "train", 3), REACTS, "the job running after the restart")
-    assert len(workloads(kueue_jobs, "train")) == 1
-    assert (
-        sorted(p["metadata"]["name"] for p in kueue_jobs.pods("train"))
-        == sorted(p["metadata"]["name"] for p in pods)
-        == ["train-g0-w0", "train-g0-w1", "train-g0-w2"]
+    wait_for(
+        lambda: phase_of(kueue_jobs, "train") is WorkloadPhase.PENDING, REACTS, "train's Workload pending"
     )
+    proposed = only_workload(kueue_jobs, "train")
+    holder = only_workload(kueue_jobs, "holder")
+    assert proposed is not None and holder is not None
+    kueue_operator.kill()
+    try:
+        # The holder's quota goes (its Workload deleted by hand): Kueue admits train meanwhile.
+        kueue_jobs.kubectl("delete", WORKLOADS, holder["metadata"]["name"])
+        wait_for(lambda: phase_of(kueue_jobs, "train") is WorkloadPhase.ADMITTED, REACTS, "train admitted")
+        assert kueue_jobs.pods("train") == [], "nobody places it while the operator is down"
+    finally:
+        kueue_operator.start()
+    pods = wait_for(lambda: running(kueue_jobs, "train", 3), REACTS, "train running after the restart")
+    names_ = sorted(p["metadata"]["name"] for p in kueue_jobs.pods("train"))
+    assert (
+        names_ == sorted(p["metadata"]["name"] for p in pods) == ["train-g0-w0", "train-g0-w1", "train-g0-w2"]
+    )
+    assert [w["metadata"]["name"] for w in workloads(kueue_jobs, "train")] == [proposed["metadata"]["name"]]
+    # The holder runs without an admission: it is stopped (checkpoint first) and asks again, once.
+    kueue_jobs.wait_phase("holder", "Queued", REACTS + GRACE_SECONDS)
+    wait_for(lambda: phase_of(kueue_jobs, "holder") is WorkloadPhase.PENDING, REACTS, "the holder pending")
+    assert len(workloads(kueue_jobs, "holder")) == 1
+    wait_for(lambda: not kueue_jobs.running_pods("holder"), REACTS, "the holder's workers gone")
 
 
 def test_suspending_a_job_deactivates_its_workload_and_resuming_admits_it_again(

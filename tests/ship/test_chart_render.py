@@ -17,6 +17,7 @@ from helm_chart import CHART, Manifest, helm, of_kind, one, render, validate
 from hetero_operator.cli import app
 from hetero_operator.controller.facts import ClassFacts
 from hetero_operator.controller.job_conditions import ConditionType
+from hetero_operator.controller.kueue_proposals import AdmittedReason
 from hetero_operator.dashboards import DASHBOARDS
 from hetero_operator.kueue.constants import QUEUE_NAME_LABEL
 from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts
@@ -469,3 +470,5 @@ def test_install_guide_explains_every_condition_a_job_can_carry() -> None:
     assert rows == set(ConditionType)
     placed = next(line for line in table.splitlines() if line.startswith("| `Placed`"))
     assert all(f"`{code.value}`" in placed for code in WaitCode), "every reason a job waits for is explained"
+    admitted = next(line for line in table.splitlines() if line.startswith("| `Admitted`"))
+    assert all(f"`{reason.value}`" in admitted for reason in AdmittedReason), "every Kueue state is explained"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from hetero_operator.controller.facts import ClassFacts
@@ -20,13 +21,24 @@ from hetero_operator.resources import GPUClassSpec
 from hetero_operator.scheduler import SchedulerConfig
 
 
-class Refusal:
-    """Reasons (the Admitted condition's) a job gets no Workload."""
+class AdmittedReason(StrEnum):
+    """Reasons of a job's `Admitted` condition (jobs under Kueue)."""
 
+    SUBMITTED = "Submitted"  # a Workload was proposed
+    PENDING = "Pending"  # it waits for quota; Kueue's reason in the message
+    REPROPOSED = "Reproposed"  # it waited too long: a mix the unused quota admits replaced it
+    QUOTA_RESERVED = "QuotaReserved"  # reserved, admission checks pending
+    INACTIVE = "Inactive"  # spec.suspend
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"  # the workers save a checkpoint, then stop
+    RELEASED = "Released"  # the workers stopped and the admission went back
+    FINISHED = "Finished"  # the job ended; its quota is released
+    WORKLOAD_FINISHED = "WorkloadFinished"  # someone finished the Workload early: a new one follows
+    # No Workload: the message names the queue and the classes, and what to change.
     QUEUE_NOT_FOUND = "QueueNotFound"
     CLASSES_NOT_OFFERED = "ClassesNotOffered"
     QUOTA_TOO_SMALL = "QuotaTooSmall"
-    NOT_A_WORKLOAD = "InvalidWorkload"
+    INVALID_WORKLOAD = "InvalidWorkload"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +56,7 @@ class WorkloadProposal:
 
     manifest: Mapping[str, Any] | None
     mix: ProposedMix | None
-    reason: str = ""
+    reason: AdmittedReason = AdmittedReason.SUBMITTED
     message: str = ""
 
     @property
@@ -52,7 +64,7 @@ class WorkloadProposal:
         return str(self.manifest["metadata"]["name"]) if self.manifest is not None else ""
 
 
-def _refused(reason: str, message: str) -> WorkloadProposal:
+def _refused(reason: AdmittedReason, message: str) -> WorkloadProposal:
     return WorkloadProposal(None, None, reason, message)
 
 
@@ -68,14 +80,14 @@ def queue_quota(item: JobCycle, view: ClusterView) -> QueueQuota | WorkloadPropo
     local = view.kueue.local_queues.get((namespace, name))
     if local is None:
         return _refused(
-            Refusal.QUEUE_NOT_FOUND,
+            AdmittedReason.QUEUE_NOT_FOUND,
             f"no LocalQueue {name} in namespace {namespace}: create it or correct the job's "
             f"{QUEUE_NAME_LABEL} label",
         )
     cluster = view.kueue.cluster_queues.get(local.cluster_queue)
     if cluster is None:
         return _refused(
-            Refusal.QUEUE_NOT_FOUND,
+            AdmittedReason.QUEUE_NOT_FOUND,
             f"LocalQueue {name} refers to ClusterQueue {local.cluster_queue}, which does not exist",
         )
     classes = _job_classes(item, view)
@@ -83,7 +95,7 @@ def queue_quota(item: JobCycle, view: ClusterView) -> QueueQuota | WorkloadPropo
     quotas = class_quotas(cluster, view.kueue.flavors, known)
     if not quotas:
         return _refused(
-            Refusal.CLASSES_NOT_OFFERED,
+            AdmittedReason.CLASSES_NOT_OFFERED,
             f"ClusterQueue {cluster.name} (LocalQueue {name}) offers no quota for the job's GPU classes "
             f"{', '.join(classes) or '(none exist)'}: give it a ResourceFlavor whose nodeLabels are the "
             "class's nodeSelector, with a nominalQuota of the class's GPU resource, or change "
@@ -109,14 +121,14 @@ def propose_workload(
     if proposal.mix is None:
         quota = "unused quota" if unused_only else "quota"
         return _refused(
-            Refusal.QUOTA_TOO_SMALL,
+            AdmittedReason.QUOTA_TOO_SMALL,
             f"ClusterQueue {found.cluster_queue.name} (LocalQueue {found.local_queue}): "
             f"the {quota} for the job's classes admits no placement: {proposal.problem}",
         )
     try:
         manifest = build_workload(item.job, proposal.mix, _specs(view.classes))
     except WorkloadSpecError as error:
-        return _refused(Refusal.NOT_A_WORKLOAD, str(error))
+        return _refused(AdmittedReason.INVALID_WORKLOAD, str(error))
     annotations = manifest["metadata"].setdefault("annotations", {})
     annotations[PROPOSED_AT_ANNOTATION] = f"{now:.3f}"
     return WorkloadProposal(manifest, proposal.mix)

@@ -26,10 +26,16 @@ from hetero_operator.controller.actions import (
 from hetero_operator.controller.inventory import ClusterView
 from hetero_operator.controller.job_conditions import ConditionType, is_true, set_condition
 from hetero_operator.controller.job_cycle import JobCycle
-from hetero_operator.controller.kueue_proposals import WorkloadProposal, describe_mix, propose_workload
+from hetero_operator.controller.kueue_proposals import (
+    AdmittedReason,
+    WorkloadProposal,
+    describe_mix,
+    propose_workload,
+)
 from hetero_operator.controller.lifecycle import JobEvent
 from hetero_operator.controller.transitions import HOLDING_PHASES, TERMINAL_PHASES, DrainReason, draining
 from hetero_operator.kueue.admission import WorkloadAdmission, WorkloadPhase
+from hetero_operator.kueue.constants import EvictionReason
 from hetero_operator.kueue.facts import WorkloadFacts
 from hetero_operator.kueue.status_patch import WorkloadChange
 from hetero_operator.kueue.workload import ProposedMix, queue_name
@@ -97,7 +103,9 @@ def kueue_step(item: JobCycle, cycle: KueueCycle) -> KueueOutcome:
         return _without_workload(item, cycle)
     if current.admission is None:
         message = f"Workload {current.name} cannot be read: {current.problem}"
-        return KueueOutcome(_admitted_condition(item, False, "InvalidWorkload", message, cycle.now))
+        return KueueOutcome(
+            _admitted_condition(item, False, AdmittedReason.INVALID_WORKLOAD, message, cycle.now)
+        )
     return _with_workload(item, current, current.admission, cycle)
 
 
@@ -119,7 +127,9 @@ def _with_workload(
         # Marked finished by someone else while the job still has work: propose afresh.
         message = f"Workload {current.name} was marked Finished before the job ended; proposing a new one"
         item = item.then(() if cycle.busy else (DeleteWorkloads((current.name,)),))
-        return KueueOutcome(_admitted_condition(item, False, "WorkloadFinished", message, cycle.now))
+        return KueueOutcome(
+            _admitted_condition(item, False, AdmittedReason.WORKLOAD_FINISHED, message, cycle.now)
+        )
     return _waiting(item, current, admission, cycle)
 
 
@@ -136,14 +146,14 @@ def _without_workload(item: JobCycle, cycle: KueueCycle) -> KueueOutcome:
     proposal = propose_workload(item, cycle.view, cycle.now, cycle.scheduler)
     if proposal.manifest is None or proposal.mix is None:
         return KueueOutcome(_admitted_condition(item, False, proposal.reason, proposal.message, cycle.now))
-    return KueueOutcome(_submit(item, proposal, (), "Submitted", "", cycle))
+    return KueueOutcome(_submit(item, proposal, (), AdmittedReason.SUBMITTED, "", cycle))
 
 
 def _submit(
     item: JobCycle,
     proposal: WorkloadProposal,
     replaces: tuple[str, ...],
-    reason: str,
+    reason: AdmittedReason,
     preface: str,
     cycle: KueueCycle,
 ) -> JobCycle:
@@ -168,7 +178,7 @@ def _admitted(
         for p in admission.pod_sets
     )
     message = f"Kueue admitted Workload {current.name} in ClusterQueue {admission.cluster_queue} ({flavors})"
-    item = _admitted_condition(item, True, "Admitted", message, cycle.now)
+    item = _admitted_condition(item, True, AdmittedReason.ADMITTED, message, cycle.now)
     status = item.status
     if status.phase is Phase.RUNNING and not current.pods_ready and not cycle.busy:
         item = item.then((PatchWorkloadStatus(current.name, WorkloadChange.PODS_READY),))
@@ -186,16 +196,16 @@ def _evicted(
     if _holding(item) and not _draining(item):
         return _evict(item, why, cycle)
     if _holding(item) or _live_pods(item, cycle.view):
-        return KueueOutcome(_admitted_condition(item, False, "Evicted", why, cycle.now))
+        return KueueOutcome(_admitted_condition(item, False, AdmittedReason.EVICTED, why, cycle.now))
     after = (
         "it queues again"
         if eviction.requeues
         else "it waits for spec.active"
-        if eviction.reason == "Deactivated"
+        if eviction.reason == EvictionReason.DEACTIVATED
         else "it waits for its queue"
     )
     message = f"{why}; the workers stopped and the quota was handed back: {after}"
-    item = _admitted_condition(item, False, "Released", message, cycle.now)
+    item = _admitted_condition(item, False, AdmittedReason.RELEASED, message, cycle.now)
     if cycle.busy:
         return KueueOutcome(item)
     return KueueOutcome(item.then((PatchWorkloadStatus(current.name, WorkloadChange.RELEASE),)))
@@ -209,14 +219,14 @@ def _finished(item: JobCycle, current: WorkloadFacts | None, cycle: KueueCycle) 
     message = f"HeteroTrainJob {item.job.name} {'succeeded' if succeeded else 'failed'}"
     change = PatchWorkloadStatus(current.name, WorkloadChange.FINISH, succeeded, message)
     text = f"Workload {current.name} marked Finished: its quota is released"
-    return _admitted_condition(item, False, "Finished", text, cycle.now).then((change,))
+    return _admitted_condition(item, False, AdmittedReason.FINISHED, text, cycle.now).then((change,))
 
 
 def _evict(item: JobCycle, why: str, cycle: KueueCycle) -> KueueOutcome:
     """Checkpoint first, then back to the queue (the lifecycle finishes the drain)."""
     status = draining(item.job, DrainReason.EVICTED, why, cycle.now)
     item = item.with_status(status)
-    item = _admitted_condition(item, False, "Evicted", why, cycle.now)
+    item = _admitted_condition(item, False, AdmittedReason.EVICTED, why, cycle.now)
     event = JobEvent("Normal", DrainReason.EVICTED.value, f"{why}; saving a checkpoint first")
     pods = tuple(sorted(p.name for p in cycle.view.pods_of(item.key) if p.live and not p.deleting))
     return KueueOutcome(item.then((RequestCheckpoint(pods), PostEvent(event))), wake_in=cycle.grace)
@@ -232,18 +242,22 @@ def _waiting(
     asks = f"Workload {current.name} asks LocalQueue {queue} for {describe_mix(current.mix())}"
     if admission.phase is WorkloadPhase.INACTIVE:
         message = f"{asks}; it is inactive (spec.active is false while the job's spec.suspend is true)"
-        return KueueOutcome(_admitted_condition(item, False, "Inactive", message, cycle.now))
+        return KueueOutcome(_admitted_condition(item, False, AdmittedReason.INACTIVE, message, cycle.now))
     if admission.phase is WorkloadPhase.QUOTA_RESERVED:
         message = (
             f"{asks}; quota is reserved in ClusterQueue {admission.cluster_queue}, admission checks pending"
         )
-        return KueueOutcome(_admitted_condition(item, False, "QuotaReserved", message, cycle.now))
+        return KueueOutcome(
+            _admitted_condition(item, False, AdmittedReason.QUOTA_RESERVED, message, cycle.now)
+        )
     kueue_says = admission.waiting_message or "waiting for Kueue"
     message = f"{asks}; {kueue_says}"
     due = current.pending_since + cycle.config.repropose_after_seconds
     if not _queued(item, cycle) or cycle.now < due or cycle.busy:
         wake = due - cycle.now if _queued(item, cycle) and cycle.now < due else None
-        return KueueOutcome(_admitted_condition(item, False, "Pending", message, cycle.now), wake_in=wake)
+        return KueueOutcome(
+            _admitted_condition(item, False, AdmittedReason.PENDING, message, cycle.now), wake_in=wake
+        )
     return _repropose(item, current, message, cycle)
 
 
@@ -254,9 +268,11 @@ def _repropose(item: JobCycle, current: WorkloadFacts, message: str, cycle: Kueu
     later = cycle.config.repropose_after_seconds
     if proposal.mix is None or _counts(proposal.mix) == current.mix():
         note = f"{message}; after {waited:.0f} s no other mix fits the unused quota"
-        return KueueOutcome(_admitted_condition(item, False, "Pending", note, cycle.now), wake_in=later)
+        return KueueOutcome(
+            _admitted_condition(item, False, AdmittedReason.PENDING, note, cycle.now), wake_in=later
+        )
     preface = f"Workload {current.name} waited {waited:.0f} s for {describe_mix(current.mix())} ({message}); "
-    return KueueOutcome(_submit(item, proposal, (current.name,), "Reproposed", preface, cycle))
+    return KueueOutcome(_submit(item, proposal, (current.name,), AdmittedReason.REPROPOSED, preface, cycle))
 
 
 # --- small helpers --------------------------------------------------------------------------------
@@ -286,7 +302,9 @@ def _queued(item: JobCycle, cycle: KueueCycle) -> bool:
     )
 
 
-def _admitted_condition(item: JobCycle, value: bool, reason: str, message: str, now: float) -> JobCycle:
+def _admitted_condition(
+    item: JobCycle, value: bool, reason: AdmittedReason, message: str, now: float
+) -> JobCycle:
     return item.with_status(set_condition(item.status, ConditionType.ADMITTED, value, reason, message, now))
 
 
