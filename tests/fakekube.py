@@ -17,16 +17,14 @@ import asyncio
 import copy
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
-from hetero_operator.controller.inventory import pod_index_key
+from tests.fake_indexes import Indexes
+
 from hetero_operator.controller.k8s import KubeError
-from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
-from hetero_operator.resources import GPUClass, InvalidResourceError
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
 PATH = re.compile(
@@ -267,7 +265,7 @@ class FakeKube:
     def indexes(self) -> Indexes:
         """What kopf's indexes hold, read afresh on every access: the objects now, or as they were
         when the watch was held back."""
-        return Indexes(self)
+        return Indexes(lambda: self._held if self._held is not None else self.objects)
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -317,23 +315,6 @@ def _stamp(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Indexes(Mapping[str, Mapping[str, list[object]]]):
-    """The four indexes of the operator (`htj_classes`, `htj_nodes`, `htj_jobs`, `htj_pods`)."""
-
-    def __init__(self, kube: FakeKube) -> None:
-        self._kube = kube
-
-    def __getitem__(self, name: str) -> Mapping[str, list[object]]:
-        held = self._kube._held
-        return _build(held if held is not None else self._kube.objects)[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(INDEX_NAMES)
-
-    def __len__(self) -> int:
-        return len(INDEX_NAMES)
-
-
 class ManualClock:
     """A clock the test moves. `sleep` returns at once after moving it, so tasks never wait."""
 
@@ -354,56 +335,3 @@ class ManualClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
-
-
-INDEX_NAMES = (
-    "htj_classes",
-    "htj_nodes",
-    "htj_jobs",
-    "htj_pods",
-    "htj_workloads",
-    "htj_local_queues",
-    "htj_cluster_queues",
-    "htj_flavors",
-)
-
-
-def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list[object]]]:
-    built: dict[str, dict[str, list[object]]] = {name: {} for name in INDEX_NAMES}
-    for (plural, namespace, name), body in objects.items():
-        if _build_kueue(built, plural, namespace, name, body):
-            continue
-        if plural == "gpuclasses":
-            try:
-                built["htj_classes"][name] = [ClassFacts.from_model(GPUClass.from_k8s(dict(body)))]
-            except InvalidResourceError:
-                continue
-        elif plural == "nodes":
-            built["htj_nodes"][name] = [NodeFacts.from_body(body)]
-        elif plural == "heterotrainjobs":
-            facts = JobFacts.from_body(body)
-            built["htj_jobs"][facts.key] = [facts]
-        elif plural == "pods":
-            pod = PodFacts.from_body(body)
-            if pod.job is not None or (pod.resources and pod.node):
-                built["htj_pods"].setdefault(pod_index_key(pod), []).append(pod)
-    return built
-
-
-def _build_kueue(
-    built: dict[str, dict[str, list[object]]], plural: str, namespace: str, name: str, body: Mapping[str, Any]
-) -> bool:
-    """The Kueue indexes (True: `body` was a Kueue object)."""
-    if plural == "workloads":
-        workload = WorkloadFacts.from_body(body)
-        if workload is not None:
-            built["htj_workloads"].setdefault(workload.job_key, []).append(workload)
-    elif plural == "localqueues":
-        built["htj_local_queues"][f"{namespace}/{name}"] = [LocalQueueFacts.from_body(body)]
-    elif plural == "clusterqueues":
-        built["htj_cluster_queues"][name] = [ClusterQueueFacts.from_body(body)]
-    elif plural == "resourceflavors":
-        built["htj_flavors"][name] = [FlavorFacts.from_body(body)]
-    else:
-        return False
-    return True

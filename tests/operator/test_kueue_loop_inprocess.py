@@ -282,3 +282,43 @@ def test_a_release_that_meets_a_newer_workload_is_built_again_from_it() -> None:
         assert cluster.kube.count("PATCH", f"workloads/{workload}/status") - before == 2  # 409, then again
 
     run(scenario)
+
+
+def test_a_long_wait_with_no_other_mix_keeps_the_workload_and_writes_nothing_more() -> None:
+    async def scenario() -> None:
+        cluster, kueue = setup({"fast": 4})
+        cluster.submit("holder", labels=LABELS, gpus={"min": 4, "max": 4})
+        await admitted_and_running(cluster, kueue, "holder")
+        cluster.submit("waiter", labels=LABELS, gpus={"min": 2, "max": 2})
+        await cluster.cycle()
+        first = kueue.only("waiter")["metadata"]["name"]
+        await kueue.pending(
+            first, "insufficient unused quota for nvidia.com/gpu in flavor fast, 2 more needed"
+        )
+        cluster.clock.advance(REPROPOSE + 1)
+        await cluster.cycle()
+        assert [w["metadata"]["name"] for w in kueue.workloads("waiter")] == [first]
+        assert "no other mix fits the unused quota" in cluster.condition("waiter", "Admitted")["message"]
+        for _ in range(3):  # waiting on: no status write, no other Workload
+            cluster.clock.advance(7)
+            plan = await cluster.cycle()
+            assert plan.write_for("team/waiter") is None
+        assert kueue.workloads("waiter")[0]["metadata"]["name"] == first
+
+    run(scenario)
+
+
+def test_a_job_whose_label_is_taken_off_gives_its_workload_up() -> None:
+    async def scenario() -> None:
+        cluster, kueue = setup({"fast": 4})
+        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
+        await cluster.cycle()
+        assert len(kueue.workloads("train")) == 1
+        path = "/apis/heterotrain.io/v1alpha1/namespaces/team/heterotrainjobs/train"
+        await cluster.kube.merge_patch(path, {"metadata": {"labels": None}})
+        await cluster.cycle()
+        assert kueue.workloads("train") == []
+        await cluster.cycle()
+        assert cluster.status("train")["phase"] == "Starting", "scheduled like any other job"
+
+    run(scenario)

@@ -73,6 +73,7 @@ class InFlight:
     cleaning: frozenset[str] = frozenset()
     busy: frozenset[str] = frozenset()
     workloads: frozenset[str] = frozenset()
+    last_cycle_at: float | None = None  # when the previous cycle ran (None: none since the start)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def _kueue(
         config.lifecycle.checkpoint_grace_seconds,
         creating=item.key in in_flight.workloads,
         busy=item.key in in_flight.busy,
+        last_cycle_at=in_flight.last_cycle_at,
     )
     return kueue_step(item, cycle)
 

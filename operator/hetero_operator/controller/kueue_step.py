@@ -11,6 +11,7 @@ up where the last one stopped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -61,6 +62,7 @@ class KueueCycle:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     grace: float = 30.0
     creating: bool = False  # a Workload this job proposed is not in the watch yet
+    last_cycle_at: float | None = None  # when the previous cycle ran (None: the first since start)
     busy: bool = False  # a write of this job is still on its way: no Workload writes meanwhile
 
 
@@ -252,27 +254,32 @@ def _waiting(
         )
     kueue_says = admission.waiting_message or "waiting for Kueue"
     message = f"{asks}; {kueue_says}"
-    due = current.pending_since + cycle.config.repropose_after_seconds
-    if not _queued(item, cycle) or cycle.now < due or cycle.busy:
-        wake = due - cycle.now if _queued(item, cycle) and cycle.now < due else None
-        return KueueOutcome(
-            _admitted_condition(item, False, AdmittedReason.PENDING, message, cycle.now), wake_in=wake
-        )
-    return _repropose(item, current, message, cycle)
-
-
-def _repropose(item: JobCycle, current: WorkloadFacts, message: str, cycle: KueueCycle) -> KueueOutcome:
-    """Waited long enough: ask for the best mix the unused quota admits now, if that is another."""
+    every = cycle.config.repropose_after_seconds
+    if cycle.now - current.pending_since >= every:  # looked once at least (or looks now)
+        message += f"; no other mix fits the unused quota (looked again after {every:.0f} s of waiting)"
+    pending = _admitted_condition(item, False, AdmittedReason.PENDING, message, cycle.now)
+    if not _queued(item, cycle):
+        return KueueOutcome(pending)
+    due, wake = reproposal_due(current.pending_since, every, cycle.last_cycle_at, cycle.now)
+    if not due:
+        return KueueOutcome(pending, wake_in=wake)
     proposal = propose_workload(item, cycle.view, cycle.now, cycle.scheduler, unused_only=True)
-    waited = cycle.now - current.pending_since
-    later = cycle.config.repropose_after_seconds
     if proposal.mix is None or _counts(proposal.mix) == current.mix():
-        note = f"{message}; after {waited:.0f} s no other mix fits the unused quota"
-        return KueueOutcome(
-            _admitted_condition(item, False, AdmittedReason.PENDING, note, cycle.now), wake_in=later
-        )
-    preface = f"Workload {current.name} waited {waited:.0f} s for {describe_mix(current.mix())} ({message}); "
+        return KueueOutcome(pending, wake_in=wake)
+    waited = f"waited over {every:.0f} s for {describe_mix(current.mix())} ({kueue_says})"
+    preface = f"Workload {current.name} {waited}; "
     return KueueOutcome(_submit(item, proposal, (current.name,), AdmittedReason.REPROPOSED, preface, cycle))
+
+
+def reproposal_due(
+    pending_since: float, every: float, last_cycle_at: float | None, now: float
+) -> tuple[bool, float]:
+    """Whether this cycle looks for another mix (once per `every` seconds of waiting: the first
+    cycle past each multiple, or the first cycle after a restart once one has passed), and the
+    seconds until the next look."""
+    rounds = math.floor((now - pending_since) / every)
+    before = math.floor((last_cycle_at - pending_since) / every) if last_cycle_at is not None else -1
+    return rounds >= 1 and rounds > before, pending_since + (rounds + 1) * every - now
 
 
 # --- small helpers --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -93,6 +93,7 @@ class SchedulingLoop:
         self._next_wake = config.idle_wake_seconds
         self._last_cycle_seconds = 0.0
         self._last_cycle_size: dict[str, int] = {}
+        self._last_cycle_at: float | None = None
         self.cycles = 0
 
     def trigger(self) -> None:
@@ -163,8 +164,10 @@ class SchedulingLoop:
         """One cycle: decide on one view, queue the writes, start and stop the per-job tasks."""
         view = self.view()
         workloads = (f"{w.namespace}/{w.name}" for found in view.kueue.workloads.values() for w in found)
-        in_flight = self.writers.in_flight(view.jobs, workloads)
-        prepared = prepare(view, self.clock.time(), in_flight, self.cycle_config)
+        now = self.clock.time()
+        in_flight = replace(self.writers.in_flight(view.jobs, workloads), last_cycle_at=self._last_cycle_at)
+        prepared = prepare(view, now, in_flight, self.cycle_config)
+        self._last_cycle_at = now
         started = time.perf_counter()
         decisions = schedule(prepared.snapshot, self.cycle_config.scheduler)
         self.metrics.schedule_seconds.observe(time.perf_counter() - started)
