@@ -136,7 +136,8 @@ class FakeKube:
             key = self._key_of(manifest)
             self._store(key, merge(self.objects[key], {"data": manifest["data"]}))
 
-    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _patched(self, path: str, patch: Mapping[str, Any]) -> tuple[Key, str | None, dict[str, Any]] | None:
+        """The object a patch of `path` changes (None: gone), after its resourceVersion precondition."""
         self._check("PATCH", path)
         plural, namespace, name, sub = _parse(path)
         key = (plural, namespace, name or "")
@@ -146,6 +147,14 @@ class FakeKube:
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise KubeError(409, "PATCH", path, "the object has been modified")
+        return key, sub, current
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        found = self._patched(path, patch)
+        if found is None:
+            return None
+        key, sub, current = found
+        plural = key[0]
         self.patches.append((path, copy.deepcopy(dict(patch))))
         if sub == "status":  # the status subresource changes the status alone
             body = {"status": patch["status"]} if "status" in patch else {}
@@ -164,15 +173,10 @@ class FakeKube:
     ) -> dict[str, Any] | None:
         """Server-side apply (forced) of the part `path` names: the status subresource's `status`,
         or the object's other top-level fields."""
-        self._check("PATCH", path)
-        plural, namespace, name, sub = _parse(path)
-        key = (plural, namespace, name or "")
-        current = self.objects.get(key)
-        if current is None:
+        found = self._patched(path, manifest)
+        if found is None:
             return None
-        wanted = (manifest.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-            raise KubeError(409, "PATCH", path, "the object has been modified")
+        key, sub, current = found
         part = "status" if sub == "status" else "spec"
         given = dict(manifest.get(part) or {})
         owned = self._applied.get((key, part, field_manager), set())

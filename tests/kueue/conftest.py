@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.operator import live
 from tests.operator.conftest import gpu_classes_tolerating_kwok
-from tests.operator.live import ChartAccount, Jobs, OperatorProcess, account_kubeconfig, chart_service_account
 
 from hetero_operator.testbed.cluster import Testbed
 
@@ -24,9 +24,9 @@ def kueue_gpu_classes(kueue_testbed: Testbed) -> None:
 @pytest.fixture(scope="session")
 def kueue_chart_account(
     kueue_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ChartAccount]:
+) -> Iterator[live.ChartAccount]:
     home = tmp_path_factory.mktemp("helm-kueue")
-    with chart_service_account(kueue_testbed, home, {"kueue": {"enabled": True}}) as account:
+    with live.chart_service_account(kueue_testbed, home, {"kueue": {"enabled": True}}) as account:
         yield account
 
 
@@ -34,30 +34,16 @@ def kueue_chart_account(
 def kueue_operator(
     kueue_testbed: Testbed,
     kueue_gpu_classes: None,
-    kueue_chart_account: ChartAccount,
+    kueue_chart_account: live.ChartAccount,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
+) -> Iterator[live.OperatorProcess]:
     directory = Path(tmp_path_factory.mktemp("kueue-operator"))
-    kubeconfig = account_kubeconfig(kueue_testbed, kueue_chart_account, directory / "operator.kubeconfig")
-    log = directory / "operator.log"
     args = ("--kueue", "--kueue-repropose-after", str(REPROPOSE_SECONDS))
-    process = OperatorProcess(kueue_testbed, log, GRACE_SECONDS, args, kubeconfig)
-    process.start()
-    try:
+    with live.chart_operator(kueue_testbed, kueue_chart_account, directory, GRACE_SECONDS, args) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ({log}) ---\n{process.tail(60)}")
-    refused = [
-        line for line in log.read_text(errors="replace").splitlines() if "Forbidden" in line or " 403" in line
-    ]
-    assert not refused, f"the chart's ServiceAccount was refused: {refused[:5]}"
 
 
 @pytest.fixture
-def kueue_jobs(kueue_testbed: Testbed, kueue_namespace: str) -> Iterator[Jobs]:
-    handle = Jobs(kueue_testbed, kueue_namespace)
-    try:
+def kueue_jobs(kueue_testbed: Testbed, kueue_namespace: str) -> Iterator[live.Jobs]:
+    with live.jobs_in(kueue_testbed, kueue_namespace, timeout=60) as handle:
         yield handle
-    finally:
-        handle.delete_all(timeout=60)

@@ -69,6 +69,14 @@ def running(jobs: Jobs, job: str, count: int) -> list[dict[str, Any]] | None:
     return pods if len(pods) == count and jobs.phase(job) == "Running" else None
 
 
+def holder_and_waiter(jobs: Jobs, holder: int, waiter: str, gpus: int) -> None:
+    """A job "holder" running on `holder` GPUs, and `waiter` submitted and waiting for its quota."""
+    jobs.apply(queued(jobs, "holder", holder))
+    wait_for(lambda: running(jobs, "holder", holder), REACTS, "the holder running")
+    jobs.apply(queued(jobs, waiter, gpus))
+    wait_for(lambda: phase_of(jobs, waiter) is WorkloadPhase.PENDING, REACTS, f"{waiter}'s Workload pending")
+
+
 def test_a_job_runs_on_the_admitted_flavors_and_a_second_waits_until_the_first_finishes(
     kueue_testbed: Testbed, kueue_namespace: str, kueue_operator: OperatorProcess, kueue_jobs: Jobs
 ) -> None:
@@ -157,10 +165,7 @@ def test_deleting_a_job_releases_its_quota(
     kueue_testbed: Testbed, kueue_namespace: str, kueue_operator: OperatorProcess, kueue_jobs: Jobs
 ) -> None:
     queue = KueueQueue(kueue_testbed, kueue_namespace, {"medium": 3})
-    kueue_jobs.apply(queued(kueue_jobs, "holder", 3))
-    wait_for(lambda: running(kueue_jobs, "holder", 3), REACTS, "the holder running")
-    kueue_jobs.apply(queued(kueue_jobs, "waiter", 2))
-    wait_for(lambda: phase_of(kueue_jobs, "waiter") is WorkloadPhase.PENDING, REACTS, "the waiter pending")
+    holder_and_waiter(kueue_jobs, 3, "waiter", 2)
     kueue_jobs.kubectl("delete", "htj", "holder", "--wait=false")
     wait_for(lambda: not workloads(kueue_jobs, "holder"), REACTS, "the holder's Workload deleted")
     waiter = wait_for(lambda: running(kueue_jobs, "waiter", 2), REACTS, "the waiter running")
@@ -174,12 +179,7 @@ def test_an_operator_restarted_during_admission_leaves_no_duplicate_workload_or_
     """Kueue admits a job's Workload while the operator is down; the restarted operator places it
     once, and a job whose Workload went meanwhile is stopped and submitted again, once."""
     KueueQueue(kueue_testbed, kueue_namespace, {"fast": 3})
-    kueue_jobs.apply(queued(kueue_jobs, "holder", 3))
-    wait_for(lambda: running(kueue_jobs, "holder", 3), REACTS, "the holder running")
-    kueue_jobs.apply(queued(kueue_jobs, "train", 3))
-    wait_for(
-        lambda: phase_of(kueue_jobs, "train") is WorkloadPhase.PENDING, REACTS, "train's Workload pending"
-    )
+    holder_and_waiter(kueue_jobs, 3, "train", 3)
     proposed = only_workload(kueue_jobs, "train")
     holder = only_workload(kueue_jobs, "holder")
     assert proposed is not None and holder is not None

@@ -147,6 +147,40 @@ class OperatorProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+@contextmanager
+def chart_operator(
+    testbed: Testbed,
+    account: ChartAccount,
+    directory: Path,
+    grace_seconds: float = 2.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[OperatorProcess]:
+    """The operator running as the chart's ServiceAccount for a block (its kubeconfig and log in
+    `directory`); its log's tail is printed at the end, and no request of it may have been refused:
+    the chart grants enough."""
+    kubeconfig = account_kubeconfig(testbed, account, directory / "operator.kubeconfig")
+    process = OperatorProcess(testbed, directory / "operator.log", grace_seconds, extra_args, kubeconfig)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"--- operator log ({process.log}) ---\n{process.tail(60)}")
+    lines = process.log.read_text(errors="replace").splitlines()
+    refused = [line for line in lines if "Forbidden" in line or " 403" in line]
+    assert not refused, f"the chart's ServiceAccount was refused: {refused[:5]}"
+
+
+@contextmanager
+def jobs_in(testbed: Testbed, namespace: str, timeout: float = 30) -> Iterator[Jobs]:
+    """The jobs of `namespace`, all deleted (and their pods gone) at the end."""
+    handle = Jobs(testbed, namespace)
+    try:
+        yield handle
+    finally:
+        handle.delete_all(timeout)
+
+
 class Jobs:
     """HeteroTrainJobs and their pods in one namespace."""
 

@@ -37,6 +37,21 @@ def checkpoint_requested(pod: dict[str, Any]) -> bool:
     return names.CHECKPOINT_REQUESTED_ANNOTATION in pod["metadata"].get("annotations", {})
 
 
+async def running_job(quotas: dict[str, int] | None = None) -> tuple[Cluster, PlayedKueue, str]:
+    """A two-GPU job "train", admitted and running; returns its Workload's name too."""
+    cluster, kueue = setup(quotas or {"fast": 4})
+    cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
+    return cluster, kueue, await admitted_and_running(cluster, kueue, "train")
+
+
+async def evicted_and_stopped(cluster: Cluster, kueue: PlayedKueue, workload: str) -> None:
+    """Kueue preempts the job; its workers save a checkpoint, and stop once the grace is over."""
+    await kueue.evict(workload, "Preempted", "Preempted to accommodate a workload")
+    await cluster.cycle()
+    cluster.clock.advance(GRACE + 1)
+    await cluster.cycle()
+
+
 async def admitted_and_running(cluster: Cluster, kueue: PlayedKueue, job: str) -> str:
     await cluster.cycle()
     workload = kueue.only(job)["metadata"]["name"]
@@ -103,9 +118,7 @@ def test_an_unlabelled_job_is_placed_at_once_without_a_workload() -> None:
 
 def test_an_eviction_checkpoints_stops_the_workers_then_hands_the_admission_back() -> None:
     async def scenario() -> None:
-        cluster, kueue = setup({"fast": 4})
-        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
-        workload = await admitted_and_running(cluster, kueue, "train")
+        cluster, kueue, workload = await running_job()
         await kueue.evict(workload, "Preempted", "Preempted to accommodate a workload")
         await cluster.cycle()
         assert cluster.condition("train", "Draining")["reason"] == "Evicted"
@@ -135,9 +148,7 @@ def test_an_eviction_checkpoints_stops_the_workers_then_hands_the_admission_back
 
 def test_a_finished_job_marks_its_workload_finished() -> None:
     async def scenario() -> None:
-        cluster, kueue = setup({"fast": 4})
-        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
-        workload = await admitted_and_running(cluster, kueue, "train")
+        cluster, kueue, workload = await running_job()
         ready = kueue.conditions(workload)["PodsReady"]
         assert ready["status"] == "True", "every worker runs: Kueue's waitForPodsReady is satisfied"
         cluster.run_pods("train", "Succeeded", exit_code=0)
@@ -152,9 +163,7 @@ def test_a_finished_job_marks_its_workload_finished() -> None:
 
 def test_suspend_deactivates_the_workload_and_resume_activates_it() -> None:
     async def scenario() -> None:
-        cluster, kueue = setup({"fast": 4})
-        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
-        workload = await admitted_and_running(cluster, kueue, "train")
+        cluster, kueue, workload = await running_job()
         path = "/apis/heterotrain.io/v1alpha1/namespaces/team/heterotrainjobs/train"
         await cluster.kube.merge_patch(path, {"spec": {"suspend": True}})
         await cluster.cycle()
@@ -247,9 +256,7 @@ def test_no_second_workload_while_the_first_is_not_in_the_watch_nor_after_a_rest
 
 def test_deleting_the_job_deletes_its_workload() -> None:
     async def scenario() -> None:
-        cluster, kueue = setup({"fast": 4})
-        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
-        await admitted_and_running(cluster, kueue, "train")
+        cluster, kueue, _ = await running_job()
         cluster.kube.remove(("heterotrainjobs", "team", "train"))
         await cluster.cycle()
         assert cluster.kube.obj("HeteroTrainJob", "team", "train") is None
@@ -260,13 +267,8 @@ def test_deleting_the_job_deletes_its_workload() -> None:
 
 def test_a_release_that_meets_a_newer_workload_is_built_again_from_it() -> None:
     async def scenario() -> None:
-        cluster, kueue = setup({"fast": 4})
-        cluster.submit("train", labels=LABELS, gpus={"min": 2, "max": 2})
-        workload = await admitted_and_running(cluster, kueue, "train")
-        await kueue.evict(workload, "Preempted", "Preempted to accommodate a workload")
-        await cluster.cycle()
-        cluster.clock.advance(GRACE + 1)
-        await cluster.cycle()
+        cluster, kueue, workload = await running_job()
+        await evicted_and_stopped(cluster, kueue, workload)
         touched = []
 
         def kueue_writes_first() -> None:  # Kueue updates the Workload just before our first apply

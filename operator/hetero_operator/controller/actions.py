@@ -67,15 +67,15 @@ class CreateWorkload:
 
 @dataclass(frozen=True, slots=True)
 class DeleteWorkloads:
+    """Workloads of the job it no longer goes by (a 404 means they are gone already)."""
+
     names: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class SetWorkloadActive:
-    """`spec.active` of the job's Workload, following the job's `spec.suspend`."""
-
     name: str
-    active: bool
+    active: bool  # not spec.suspend: Kueue evicts an inactive Workload and leaves it unqueued
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,19 +35,19 @@ class AdmittedReason(StrEnum):
     FINISHED = "Finished"  # the job ended; its quota is released
     WORKLOAD_FINISHED = "WorkloadFinished"  # someone finished the Workload early: a new one follows
     # No Workload: the message names the queue and the classes, and what to change.
-    QUEUE_NOT_FOUND = "QueueNotFound"
-    CLASSES_NOT_OFFERED = "ClassesNotOffered"
-    QUOTA_TOO_SMALL = "QuotaTooSmall"
-    INVALID_WORKLOAD = "InvalidWorkload"
+    QUEUE_NOT_FOUND = "QueueNotFound"  # no such LocalQueue, or its ClusterQueue is missing
+    CLASSES_NOT_OFFERED = "ClassesNotOffered"  # no flavor of the queue fits the job's classes
+    QUOTA_TOO_SMALL = "QuotaTooSmall"  # the quota of those classes admits no placement
+    INVALID_WORKLOAD = "InvalidWorkload"  # the mix cannot be a Workload (a class name, say)
 
 
 @dataclass(frozen=True, slots=True)
 class QueueQuota:
     """The job's queue and what it offers the job's classes."""
 
-    local_queue: str
+    local_queue: str  # its name, from the job's label
     cluster_queue: ClusterQueueFacts
-    quotas: Mapping[str, ClassQuota]
+    quotas: Mapping[str, ClassQuota]  # by GPU class; classes the queue has no quota for are left out
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,11 +56,11 @@ class KueueConfig:
 class KueueCycle:
     """What the cycle needs besides the job: the view, the time and what is under way."""
 
-    view: ClusterView
+    view: ClusterView  # Kueue's objects included
     now: float
     config: KueueConfig
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    grace: float = 30.0
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # proposals place as it does
+    grace: float = 30.0  # seconds the workers of an evicted job get to save a checkpoint
     creating: bool = False  # a Workload this job proposed is not in the watch yet
     last_cycle_at: float | None = None  # when the previous cycle ran (None: the first since start)
     busy: bool = False  # a write of this job is still on its way: no Workload writes meanwhile
