@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from tests.operator.inprocess import GRACE, Cluster
 from tests.operator.kueue_played import LABELS, PlayedKueue
 
@@ -44,9 +45,11 @@ async def running_job(quotas: dict[str, int] | None = None) -> tuple[Cluster, Pl
     return cluster, kueue, await admitted_and_running(cluster, kueue, "train")
 
 
-async def evicted_and_stopped(cluster: Cluster, kueue: PlayedKueue, workload: str) -> None:
-    """Kueue preempts the job; its workers save a checkpoint, and stop once the grace is over."""
-    await kueue.evict(workload, "Preempted", "Preempted to accommodate a workload")
+async def evicted_and_stopped(
+    cluster: Cluster, kueue: PlayedKueue, workload: str, reason: str = "Preempted"
+) -> None:
+    """Kueue evicts the job; its workers save a checkpoint, and stop once the grace is over."""
+    await kueue.evict(workload, reason, f"evicted: {reason}")
     await cluster.cycle()
     cluster.clock.advance(GRACE + 1)
     await cluster.cycle()
@@ -142,6 +145,23 @@ def test_an_eviction_checkpoints_stops_the_workers_then_hands_the_admission_back
         assert sorted(cluster.pods("train")) == ["train-g1-w0", "train-g1-w1"]
         started, stopped = (e["message"] for e in cluster.events("Evicted"))
         assert "saving a checkpoint first" in started and "workers stopped" in stopped
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("reason", "requeued"),
+    [("PodsReadyTimeout", "False"), ("ClusterQueueStopped", "False"), ("NodeFailures", "True")],
+)
+def test_every_eviction_drains_the_job_and_hands_the_admission_back(reason: str, requeued: str) -> None:
+    async def scenario() -> None:
+        cluster, kueue, workload = await running_job()
+        await evicted_and_stopped(cluster, kueue, workload, reason)
+        assert cluster.pods("train") == {} and cluster.status("train")["phase"] == "Queued"
+        assert cluster.condition("train", "Placed")["reason"] == "Evicted"
+        await cluster.cycle()
+        assert "admission" not in kueue.only("train")["status"]
+        assert kueue.conditions(workload)["Requeued"]["status"] == requeued
 
     run(scenario)
 
