@@ -13,7 +13,7 @@ from tests.operator.conftest import gpu_classes_tolerating_kwok
 from hetero_operator.testbed.cluster import Testbed
 
 GRACE_SECONDS = 6.0  # long enough to see the workers asked for a checkpoint before they stop
-REPROPOSE_SECONDS = 600  # no re-proposal during these tests (the in-process tests cover it)
+REPROPOSE_SECONDS = 600  # unless a test module sets its own REPROPOSE_SECONDS: no re-proposal
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +36,11 @@ def kueue_operator(
     kueue_gpu_classes: None,
     kueue_chart_account: live.ChartAccount,
     tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[live.OperatorProcess]:
     directory = Path(tmp_path_factory.mktemp("kueue-operator"))
-    args = ("--kueue", "--kueue-repropose-after", str(REPROPOSE_SECONDS))
+    repropose = getattr(request.module, "REPROPOSE_SECONDS", REPROPOSE_SECONDS)
+    args = ("--kueue", "--kueue-repropose-after", str(repropose))
     with live.chart_operator(kueue_testbed, kueue_chart_account, directory, GRACE_SECONDS, args) as process:
         yield process
 
