@@ -3,6 +3,7 @@ the chart's ServiceAccount installed with `kueue.enabled`, so the chart's Kueue 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,11 +39,21 @@ def kueue_operator(
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[live.OperatorProcess]:
+    # Tests without an operator leave jobs in namespaces still being deleted; an operator started
+    # among them would act on them and be refused there (nothing new may be created in them).
+    live.wait_for(lambda: not leftover_jobs(kueue_testbed), 120, "the jobs of earlier tests gone")
     directory = Path(tmp_path_factory.mktemp("kueue-operator"))
     repropose = getattr(request.module, "REPROPOSE_SECONDS", REPROPOSE_SECONDS)
     args = ("--kueue", "--kueue-repropose-after", str(repropose))
     with live.chart_operator(kueue_testbed, kueue_chart_account, directory, GRACE_SECONDS, args) as process:
         yield process
+
+
+def leftover_jobs(bed: Testbed) -> list[str]:
+    items = json.loads(bed.kubectl("get", "heterotrainjobs", "--all-namespaces", "-o", "json").stdout)[
+        "items"
+    ]
+    return [f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items]
 
 
 @pytest.fixture
