@@ -58,5 +58,5 @@ def leftover_jobs(bed: Testbed) -> list[str]:
 
 @pytest.fixture
 def kueue_jobs(kueue_testbed: Testbed, kueue_namespace: str) -> Iterator[live.Jobs]:
-    with live.jobs_in(kueue_testbed, kueue_namespace, timeout=60) as handle:
+    with live.jobs_in(kueue_testbed, kueue_namespace, timeout=60, until_gone=True) as handle:
         yield handle

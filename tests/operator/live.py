@@ -172,13 +172,20 @@ def chart_operator(
 
 
 @contextmanager
-def jobs_in(testbed: Testbed, namespace: str, timeout: float = 30) -> Iterator[Jobs]:
-    """The jobs of `namespace`, all deleted (and their pods gone) at the end."""
+def jobs_in(
+    testbed: Testbed, namespace: str, timeout: float = 30, until_gone: bool = False
+) -> Iterator[Jobs]:
+    """The jobs of `namespace`, all deleted (and their pods gone) at the end; `until_gone`: and the
+    jobs themselves, so the operator has taken its finalizer off before anything stops it."""
     handle = Jobs(testbed, namespace)
     try:
         yield handle
     finally:
         handle.delete_all(timeout)
+        if until_gone:
+            wait_for(
+                lambda: not handle.kubectl("get", "htj", "-o", "name").strip(), timeout, "the jobs to go"
+            )
 
 
 class Jobs:
