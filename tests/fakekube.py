@@ -3,9 +3,12 @@
 It stands in for the API server behind `controller.k8s.KubeClient` (the same methods), with what the
 operator relies on: resourceVersions that only grow, merge patches (RFC 7386) with a resourceVersion
 precondition, the status subresource, finalizers and deletion timestamps, 409 on creating what
-exists, 404 on what is gone. `indexes` are what kopf's watches would hold, built from the stored
-objects (or from a moment in the past while the watch is held back). Faults can be injected per
-request. The live test bed stays the place where the real API server is tested against.
+exists, 404 on what is gone, and server-side apply as far as one field manager goes: an apply sets
+the top-level fields it carries and removes those the same manager set before and now leaves out
+(the real API server tracks ownership down to list items; a test that needs more belongs on the
+test bed). `indexes` are what kopf's watches would hold, built from the stored objects (or from a
+moment in the past while the watch is held back). Faults can be injected per request. The live test
+bed stays the place where the real API server is tested against.
 """
 
 from __future__ import annotations
@@ -14,15 +17,14 @@ import asyncio
 import copy
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
-from hetero_operator.controller.inventory import pod_index_key
+from tests.fake_indexes import Indexes
+
 from hetero_operator.controller.k8s import KubeError
-from hetero_operator.resources import GPUClass, InvalidResourceError
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
 PATH = re.compile(
@@ -38,6 +40,10 @@ KINDS = {
     "Node": "nodes",
     "HeteroTrainJob": "heterotrainjobs",
     "GPUClass": "gpuclasses",
+    "Workload": "workloads",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "ResourceFlavor": "resourceflavors",
 }
 
 
@@ -73,6 +79,7 @@ class FakeKube:
         self._faults: list[Fault] = []
         self._before: list[tuple[str, str, Callable[[], None]]] = []
         self._held: dict[Key, dict[str, Any]] | None = None
+        self._applied: dict[tuple[Key, str, str], set[str]] = {}  # (object, part, manager) -> fields
         self.now = start
 
     # --- faults and the watch -------------------------------------------------------------------
@@ -129,7 +136,8 @@ class FakeKube:
             key = self._key_of(manifest)
             self._store(key, merge(self.objects[key], {"data": manifest["data"]}))
 
-    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _patched(self, path: str, patch: Mapping[str, Any]) -> tuple[Key, str | None, dict[str, Any]] | None:
+        """The object a patch of `path` changes (None: gone), after its resourceVersion precondition."""
         self._check("PATCH", path)
         plural, namespace, name, sub = _parse(path)
         key = (plural, namespace, name or "")
@@ -139,6 +147,14 @@ class FakeKube:
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise KubeError(409, "PATCH", path, "the object has been modified")
+        return key, sub, current
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        found = self._patched(path, patch)
+        if found is None:
+            return None
+        key, sub, current = found
+        plural = key[0]
         self.patches.append((path, copy.deepcopy(dict(patch))))
         if sub == "status":  # the status subresource changes the status alone
             body = {"status": patch["status"]} if "status" in patch else {}
@@ -151,6 +167,27 @@ class FakeKube:
             updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         self._store(key, updated)
         return self._finish_if_released(key)
+
+    async def apply(
+        self, path: str, manifest: Mapping[str, Any], field_manager: str
+    ) -> dict[str, Any] | None:
+        """Server-side apply (forced) of the part `path` names: the status subresource's `status`,
+        or the object's other top-level fields."""
+        found = self._patched(path, manifest)
+        if found is None:
+            return None
+        key, sub, current = found
+        part = "status" if sub == "status" else "spec"
+        given = dict(manifest.get(part) or {})
+        owned = self._applied.get((key, part, field_manager), set())
+        updated = copy.deepcopy(current)
+        target = updated.setdefault(part, {})
+        for field_name in owned - set(given):
+            target.pop(field_name, None)
+        target.update(copy.deepcopy(given))
+        self._applied[(key, part, field_manager)] = set(given)
+        self._store(key, updated)
+        return copy.deepcopy(updated)
 
     async def remove_finalizer(self, path: str, finalizers: Sequence[str], finalizer: str) -> None:
         self._check("PATCH", path)
@@ -232,7 +269,7 @@ class FakeKube:
     def indexes(self) -> Indexes:
         """What kopf's indexes hold, read afresh on every access: the objects now, or as they were
         when the watch was held back."""
-        return Indexes(self)
+        return Indexes(lambda: self._held if self._held is not None else self.objects)
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -282,23 +319,6 @@ def _stamp(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Indexes(Mapping[str, Mapping[str, list[object]]]):
-    """The four indexes of the operator (`htj_classes`, `htj_nodes`, `htj_jobs`, `htj_pods`)."""
-
-    def __init__(self, kube: FakeKube) -> None:
-        self._kube = kube
-
-    def __getitem__(self, name: str) -> Mapping[str, list[object]]:
-        held = self._kube._held
-        return _build(held if held is not None else self._kube.objects)[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(INDEX_NAMES)
-
-    def __len__(self) -> int:
-        return len(INDEX_NAMES)
-
-
 class ManualClock:
     """A clock the test moves. `sleep` returns at once after moving it, so tasks never wait."""
 
@@ -319,26 +339,3 @@ class ManualClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
-
-
-INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
-
-
-def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list[object]]]:
-    built: dict[str, dict[str, list[object]]] = {name: {} for name in INDEX_NAMES}
-    for (plural, _, name), body in objects.items():
-        if plural == "gpuclasses":
-            try:
-                built["htj_classes"][name] = [ClassFacts.from_model(GPUClass.from_k8s(dict(body)))]
-            except InvalidResourceError:
-                continue
-        elif plural == "nodes":
-            built["htj_nodes"][name] = [NodeFacts.from_body(body)]
-        elif plural == "heterotrainjobs":
-            facts = JobFacts.from_body(body)
-            built["htj_jobs"][facts.key] = [facts]
-        elif plural == "pods":
-            pod = PodFacts.from_body(body)
-            if pod.job is not None or (pod.resources and pod.node):
-                built["htj_pods"].setdefault(pod_index_key(pod), []).append(pod)
-    return built

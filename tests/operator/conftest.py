@@ -14,8 +14,9 @@ from tests.operator.live import (
     ChartAccount,
     Jobs,
     OperatorProcess,
-    account_kubeconfig,
+    chart_operator,
     chart_service_account,
+    jobs_in,
 )
 
 from hetero_operator.testbed.cluster import Testbed
@@ -47,26 +48,11 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """One operator per test module (tests clean up their jobs, so they can share it), running as the
     chart's ServiceAccount, so every test also proves the chart grants enough and no more is needed."""
-    directory = Path(tmp_path_factory.mktemp("operator"))
-    kubeconfig = account_kubeconfig(testbed, chart_account, directory / "operator.kubeconfig")
-    log = directory / "operator.log"
-    process = OperatorProcess(testbed, log, kubeconfig=kubeconfig)
-    process.start()
-    try:
+    with chart_operator(testbed, chart_account, Path(tmp_path_factory.mktemp("operator"))) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ({log}) ---\n{process.tail(60)}")
-    refused = [
-        line for line in log.read_text(errors="replace").splitlines() if "Forbidden" in line or " 403" in line
-    ]
-    assert not refused, f"the chart's ServiceAccount was refused: {refused[:5]}"
 
 
 @pytest.fixture
 def jobs(testbed: Testbed, namespace: str) -> Iterator[Jobs]:
-    handle = Jobs(testbed, namespace)
-    try:
+    with jobs_in(testbed, namespace) as handle:
         yield handle
-    finally:
-        handle.delete_all()

@@ -10,6 +10,7 @@ from tests.fakekube import FakeKube, ManualClock
 from tests.operator.builders import job_body
 
 from hetero_operator.controller.actions import CyclePlan
+from hetero_operator.controller.kueue_step import KueueConfig
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.scheduling_loop import LoopConfig, SchedulingLoop
@@ -51,7 +52,10 @@ class Cluster:
     """A FakeKube with GPU classes and nodes, and the loop over it."""
 
     def __init__(
-        self, nodes: Mapping[str, tuple[str, int]], scheduler: SchedulerConfig | None = None
+        self,
+        nodes: Mapping[str, tuple[str, int]],
+        scheduler: SchedulerConfig | None = None,
+        kueue: KueueConfig | None = None,
     ) -> None:
         self.kube = FakeKube()
         self.clock = ManualClock(self.kube.now)
@@ -62,6 +66,7 @@ class Cluster:
         self.config = LoopConfig(
             lifecycle=LifecycleConfig(checkpoint_grace_seconds=GRACE),
             scheduler=scheduler or SchedulerConfig(),
+            kueue=kueue,
         )
         self.loop = self.new_loop()
 
@@ -69,9 +74,11 @@ class Cluster:
         """A fresh operator (after a restart: nothing remembered, everything read again)."""
         return SchedulingLoop(self.kube, self.kube.indexes, self.config, OperatorMetrics(), clock=self.clock)
 
-    def submit(self, name: str, **spec: Any) -> None:
+    def submit(self, name: str, labels: Mapping[str, str] | None = None, **spec: Any) -> None:
         body = job_body(name, **spec)
         del body["metadata"]["uid"], body["metadata"]["generation"]
+        if labels:
+            body["metadata"]["labels"] = dict(labels)
         self.kube.put(body)
 
     async def cycle(self) -> CyclePlan:

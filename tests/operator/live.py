@@ -58,9 +58,12 @@ class ChartAccount:
 
 
 @contextmanager
-def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount]:
+def chart_service_account(
+    testbed: Testbed, home: Path, extra_values: dict[str, Any] | None = None
+) -> Iterator[ChartAccount]:
     """The chart installed in cluster-wide RBAC mode into a namespace of its own, with nothing but its
-    ServiceAccount and RBAC (no CRDs, classes, dashboards or operator pod): uninstalled afterwards."""
+    ServiceAccount and RBAC (no CRDs, classes, dashboards or operator pod): uninstalled afterwards.
+    `extra_values` add to the chart's values (for example turning the Kueue integration on)."""
     release = f"ht-{uuid.uuid4().hex[:6]}"
     namespace = f"heterotrain-{release}"
     values = {
@@ -69,6 +72,7 @@ def chart_service_account(testbed: Testbed, home: Path) -> Iterator[ChartAccount
         "gpuClasses": {"enabled": False},
         "dashboards": {"enabled": False},
         "watchNamespaces": [],
+        **(extra_values or {}),
     }
     kubeconfig = str(testbed.kubeconfig)
     testbed.kubectl("create", "namespace", namespace)
@@ -141,6 +145,47 @@ class OperatorProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def chart_operator(
+    testbed: Testbed,
+    account: ChartAccount,
+    directory: Path,
+    grace_seconds: float = 2.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[OperatorProcess]:
+    """The operator running as the chart's ServiceAccount for a block (its kubeconfig and log in
+    `directory`); its log's tail is printed at the end, and no request of it may have been refused:
+    the chart grants enough."""
+    kubeconfig = account_kubeconfig(testbed, account, directory / "operator.kubeconfig")
+    process = OperatorProcess(testbed, directory / "operator.log", grace_seconds, extra_args, kubeconfig)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"--- operator log ({process.log}) ---\n{process.tail(60)}")
+    lines = process.log.read_text(errors="replace").splitlines()
+    refused = [line for line in lines if "Forbidden" in line or " 403" in line]
+    assert not refused, f"the chart's ServiceAccount was refused: {refused[:5]}"
+
+
+@contextmanager
+def jobs_in(
+    testbed: Testbed, namespace: str, timeout: float = 30, until_gone: bool = False
+) -> Iterator[Jobs]:
+    """The jobs of `namespace`, all deleted (and their pods gone) at the end; `until_gone`: and the
+    jobs themselves, so the operator has taken its finalizer off before anything stops it."""
+    handle = Jobs(testbed, namespace)
+    try:
+        yield handle
+    finally:
+        handle.delete_all(timeout)
+        if until_gone:
+            wait_for(
+                lambda: not handle.kubectl("get", "htj", "-o", "name").strip(), timeout, "the jobs to go"
+            )
 
 
 class Jobs:

@@ -16,6 +16,7 @@ from helm_chart import CHART, Manifest, helm, of_kind, one, render, validate
 
 from hetero_operator.cli import app
 from hetero_operator.controller.job_conditions import ConditionType
+from hetero_operator.controller.kueue_proposals import AdmittedReason
 from hetero_operator.dashboards import DASHBOARDS
 from hetero_operator.resources import GPUClass
 from hetero_operator.resources.crd import all_crds
@@ -58,6 +59,8 @@ TOGGLES: dict[str, dict[str, Any]] = {
     },
     "existing-service-account": {"serviceAccount": {"create": False, "name": "ops"}},
     "no-rbac": {"rbac": {"create": False}},
+    "kueue": {"kueue": {"enabled": True, "reproposeAfterSeconds": 120}},
+    "kueue-namespaced": {"kueue": {"enabled": True}, "watchNamespaces": ["team-a"]},
     "verbose-extra": {
         "operator": {
             "verbose": True,
@@ -377,3 +380,5 @@ def test_install_guide_explains_every_condition_a_job_can_carry() -> None:
     assert rows == set(ConditionType)
     placed = next(line for line in table.splitlines() if line.startswith("| `Placed`"))
     assert all(f"`{code.value}`" in placed for code in WaitCode), "every reason a job waits for is explained"
+    admitted = next(line for line in table.splitlines() if line.startswith("| `Admitted`"))
+    assert all(f"`{reason.value}`" in admitted for reason in AdmittedReason), "every Kueue state is explained"

@@ -20,6 +20,12 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [authorization.k8s.io]
   resources: [subjectaccessreviews]
   verbs: [create]
+{{- if .Values.kueue.enabled }}
+# Kueue's ClusterQueues (quota and its usage per flavor) and ResourceFlavors: what a job's mix may ask for.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [clusterqueues, resourceflavors]
+  verbs: [get, list, watch]
+{{- end }}
 {{- if not .Values.watchNamespaces }}
 # Leader election of a cluster-wide operator.
 - apiGroups: [kopf.dev]
@@ -53,6 +59,20 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.kueue.enabled }}
+# Each job's Kueue Workload: created and deleted with its mix, spec.active set from spec.suspend, and
+# its status changed as Kueue's job integrations change it (an eviction handed back, finished,
+# pods ready; server-side apply). LocalQueues name a job's ClusterQueue.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [get, list, watch]
+{{- end }}
 {{- if .Values.watchNamespaces }}
 # Leader election of a namespaced operator: one peering object per served namespace.
 - apiGroups: [kopf.dev]

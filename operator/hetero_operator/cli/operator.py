@@ -69,6 +69,23 @@ def operator_command(
         Path | None,
         typer.Option("--cycle-log", help="Append each scheduling cycle's duration and size to this file."),
     ] = None,
+    kueue: Annotated[
+        bool,
+        typer.Option(
+            "--kueue",
+            help="Submit jobs labelled kueue.x-k8s.io/queue-name to Kueue (v1beta2 API; Kueue must be "
+            "installed): each gets a Workload with one pod set per GPU class and starts once admitted.",
+        ),
+    ] = False,
+    kueue_repropose_after: Annotated[
+        float,
+        typer.Option(
+            "--kueue-repropose-after",
+            min=1.0,
+            help="Seconds a job's Workload may wait for admission before the job asks for the best mix "
+            "the queue's unused quota admits instead.",
+        ),
+    ] = 300.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the heterotrain operator: validate, place, launch and restart HeteroTrainJobs."""
@@ -87,6 +104,8 @@ def operator_command(
             prometheus_url=prometheus_url,
             api_port=api_port,
             cycle_log=cycle_log,
+            kueue=kueue,
+            kueue_repropose_after_seconds=kueue_repropose_after,
         )
     )
 

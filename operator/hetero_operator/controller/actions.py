@@ -11,6 +11,7 @@ from hetero_operator import plan as contract
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.launcher import ClassLaunchInfo
 from hetero_operator.controller.lifecycle import JobEvent
+from hetero_operator.kueue.status_patch import WorkloadChange
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 from hetero_operator.scheduler import Decisions
 
@@ -51,7 +52,45 @@ class PostEvent:
     event: JobEvent
 
 
-Action = DeletePods | RequestCheckpoint | PublishPlan | CreateGeneration | PostEvent
+@dataclass(frozen=True, slots=True)
+class CreateWorkload:
+    """Create the job's Kueue Workload (a 409 means it exists already), then delete `replaces`, the
+    Workloads of mixes it takes the place of."""
+
+    manifest: Mapping[str, Any]
+    replaces: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteWorkloads:
+    """Workloads of the job it no longer goes by (a 404 means they are gone already)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetWorkloadActive:
+    name: str
+    active: bool  # not spec.suspend: Kueue evicts an inactive Workload and leaves it unqueued
+
+
+@dataclass(frozen=True, slots=True)
+class PatchWorkloadStatus:
+    """One of the status changes Kueue expects from a job integration, built from the Workload as
+    it is when the write runs (see `kueue.status_patch`)."""
+
+    name: str
+    change: WorkloadChange
+    succeeded: bool = True
+    message: str = ""
+
+
+WorkloadAction = CreateWorkload | DeleteWorkloads | SetWorkloadActive | PatchWorkloadStatus
+Action = DeletePods | RequestCheckpoint | PublishPlan | CreateGeneration | PostEvent | WorkloadAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +124,7 @@ class CleanUp:
 
     facts: JobFacts
     force_delete: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()  # its Kueue Workloads: deleted at once, so their quota is free
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,14 @@ from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
 from hetero_operator.controller.job_conditions import ConditionType, is_true
 from hetero_operator.controller.job_cycle import JobCycle, arrival_times, phase_counts
+from hetero_operator.controller.kueue_step import (
+    KueueConfig,
+    KueueCycle,
+    KueueOutcome,
+    is_submitted,
+    kueue_step,
+    unlabelled_cleanup,
+)
 from hetero_operator.controller.lifecycle import (
     LifecycleConfig,
     Observation,
@@ -51,17 +59,21 @@ from hetero_operator.scheduler import Decisions, JobRequest, SchedulerConfig, Sn
 class CycleConfig:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kueue: KueueConfig | None = None  # None: jobs labelled for Kueue are scheduled like any other
 
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """What this replica has under way: generations being created, finalizers being added (key,
-    uid), deleted jobs being cleaned up, and jobs with a write on their chain."""
+    uid), deleted jobs being cleaned up, jobs with a write on their chain, and jobs whose new Kueue
+    Workload the watch does not show yet."""
 
     creations: frozenset[Generation] = frozenset()
     finalizers: frozenset[tuple[str, str]] = frozenset()
     cleaning: frozenset[str] = frozenset()
     busy: frozenset[str] = frozenset()
+    workloads: frozenset[str] = frozenset()
+    last_cycle_at: float | None = None  # when the previous cycle ran (None: none since the start)
 
 
 @dataclass(frozen=True)
@@ -83,11 +95,13 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
     finalizers: list[JobFacts] = []
     clean_up: list[CleanUp] = []
     restarts, wakes = 0, []
+    exact: dict[str, Mapping[str, int] | None] = {}
     arrivals = arrival_times(view.jobs.values(), now)
     for key, facts in sorted(view.jobs.items()):
         if facts.deleting:
             if names.FINALIZER in facts.finalizers and key not in in_flight.cleaning:
-                clean_up.append(CleanUp(facts, _on_lost_nodes(view, key)))
+                workloads = tuple(w.name for w in view.kueue.workloads_of(key, facts.uid))
+                clean_up.append(CleanUp(facts, _on_lost_nodes(view, key), workloads))
             continue
         if names.FINALIZER not in facts.finalizers and (key, facts.uid) not in in_flight.finalizers:
             finalizers.append(facts)
@@ -102,10 +116,17 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
         observation = Observation(seen, pods, view.lost_nodes(checked.allocation), now, view.speeds())
         step = reconcile(observation, config.lifecycle)
         item = JobCycle(facts, status_of(job), seen).with_status(step.status)
-        jobs[key] = item.then(_step_actions(item, step, view, in_flight))
+        item = item.then(_step_actions(item, step, view, in_flight))
+        outcome = _kueue(item, view, now, in_flight, config)
+        if outcome is not None:
+            item = outcome.item
+            if is_submitted(item):
+                exact[key] = outcome.exact_mix
+            wakes += [outcome.wake_in] if outcome.wake_in is not None else []
+        jobs[key] = item
         restarts += step.restarted
         wakes += [step.wake_in] if step.wake_in is not None else []
-    requests = _requests(jobs, view)
+    requests = _requests(jobs, view, exact)
     return Prepared(
         view,
         now,
@@ -139,6 +160,29 @@ def finish(prepared: Prepared, decisions: Decisions, config: CycleConfig) -> Cyc
         phases=phase_counts(effects.jobs),
         wake_in=min(wakes, default=None),
     )
+
+
+def _kueue(
+    item: JobCycle, view: ClusterView, now: float, in_flight: InFlight, config: CycleConfig
+) -> KueueOutcome | None:
+    """The Kueue step of a job labelled for Kueue; None for any other job (a job whose label was
+    taken off gives its Workloads up)."""
+    if config.kueue is None:
+        return None
+    if not is_submitted(item):
+        cleanup = unlabelled_cleanup(item, view) if item.key not in in_flight.busy else ()
+        return KueueOutcome(item.then(cleanup)) if cleanup else None
+    cycle = KueueCycle(
+        view,
+        now,
+        config.kueue,
+        config.scheduler,
+        config.lifecycle.checkpoint_grace_seconds,
+        creating=item.key in in_flight.workloads,
+        busy=item.key in in_flight.busy,
+        last_cycle_at=in_flight.last_cycle_at,
+    )
+    return kueue_step(item, cycle)
 
 
 def _on_lost_nodes(view: ClusterView, key: str) -> tuple[str, ...]:
@@ -200,17 +244,25 @@ def _create_generation(
     return CreateGeneration(allocation.generation, plan, view.launch_classes())
 
 
-def _requests(jobs: Mapping[str, JobCycle], view: ClusterView) -> Iterable[JobRequest]:
+def _requests(
+    jobs: Mapping[str, JobCycle], view: ClusterView, kueue: Mapping[str, Mapping[str, int] | None]
+) -> Iterable[JobRequest]:
     """Queued jobs ask for GPUs; jobs holding GPUs keep them. A job still carrying out an earlier
-    decision (draining, or its old workers still stopping) is not moved again meanwhile."""
+    decision (draining, or its old workers still stopping) is not moved again meanwhile. A job
+    under Kueue asks only once admitted, for exactly the GPUs admitted, and is never moved by the
+    scheduler (Kueue preempts it instead)."""
     for key, item in jobs.items():
         status = item.status
         pods = view.pods_of(key)
         role = scheduling_role(item.job, status, pods)
+        under_kueue = key in kueue
         if role is Role.QUEUED:
-            yield job_request(item.facts, item.job, status, holding=False)
+            if not under_kueue:
+                yield job_request(item.facts, item.job, status, holding=False)
+            elif (mix := kueue[key]) is not None:
+                yield job_request(item.facts, item.job, status, holding=False, exact_mix=mix)
         elif role is Role.HOLDING and not view.lost_nodes(status.allocation):
             generation = status.allocation.generation if status.allocation is not None else None
             stopping = any(p.live and p.generation != generation for p in pods)
-            movable = not stopping and not is_true(status, ConditionType.DRAINING)
+            movable = not stopping and not is_true(status, ConditionType.DRAINING) and not under_kueue
             yield job_request(item.facts, item.job, status, holding=True, movable=movable)

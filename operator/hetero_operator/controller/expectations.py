@@ -93,3 +93,29 @@ class FinalizerExpectations:
 
     def prune(self, keys: set[str]) -> None:
         self._added = {k: v for k, v in self._added.items() if k in keys}
+
+
+class WorkloadExpectations:
+    """Jobs whose new Kueue Workload was created but is not in the watch yet (key -> (name,
+    when)): meanwhile no cycle proposes another one for them."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._creating: dict[str, tuple[str, float]] = {}
+
+    def creating(self, key: str, name: str) -> None:
+        self._creating[key] = (name, self._clock.monotonic())
+
+    def failed(self, key: str) -> None:
+        self._creating.pop(key, None)
+
+    def pending(self, seen: set[str]) -> frozenset[str]:
+        """Jobs still waiting to see their Workload; `seen`: "namespace/name" of the Workloads the
+        watch shows. A record older than a re-check is dropped (the Workload was deleted since)."""
+        stale = self._clock.monotonic() - RECHECK_SECONDS
+        self._creating = {
+            key: (name, at)
+            for key, (name, at) in self._creating.items()
+            if f"{key.split('/', 1)[0]}/{name}" not in seen and at > stale
+        }
+        return frozenset(self._creating)

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.launcher import ClassLaunchInfo
+from hetero_operator.kueue.facts import (
+    ClusterQueueFacts,
+    FlavorFacts,
+    KueueView,
+    LocalQueueFacts,
+    WorkloadFacts,
+)
 from hetero_operator.resources import Allocation as StatusAllocation
 from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus
 from hetero_operator.resources.parallelism import HetPipeParameters
@@ -50,6 +57,7 @@ class ClusterView:
     jobs: Mapping[str, JobFacts]
     pods_by_job: Mapping[str, tuple[PodFacts, ...]]
     node_class: Mapping[str, str] = field(default_factory=dict)
+    kueue: KueueView = field(default_factory=KueueView)
 
     @classmethod
     def build(
@@ -58,6 +66,7 @@ class ClusterView:
         nodes: Iterable[NodeFacts],
         jobs: Iterable[JobFacts],
         pods: Iterable[PodFacts],
+        kueue: KueueView | None = None,
     ) -> ClusterView:
         class_map = {c.name: c for c in sorted(classes, key=lambda c: c.name)}
         node_map = {n.name: n for n in nodes}
@@ -75,6 +84,7 @@ class ClusterView:
             jobs={j.key: j for j in jobs},
             pods_by_job={key: tuple(sorted(values, key=lambda p: p.name)) for key, values in by_job.items()},
             node_class=node_class,
+            kueue=kueue or KueueView(),
         )
 
     @classmethod
@@ -84,13 +94,18 @@ class ClusterView:
         nodes: Mapping[str, Iterable[object]],
         jobs: Mapping[str, Iterable[object]],
         pods: Mapping[str, Iterable[object]],
+        kueue: Mapping[str, Mapping[str, Iterable[object]]] | None = None,
     ) -> ClusterView:
         return cls.build(
             (v for _, v in _flatten(classes) if isinstance(v, ClassFacts)),
             (v for _, v in _flatten(nodes) if isinstance(v, NodeFacts)),
             (v for _, v in _flatten(jobs) if isinstance(v, JobFacts)),
             (v for _, v in _flatten(pods) if isinstance(v, PodFacts)),
+            kueue_view(kueue) if kueue else None,
         )
+
+    def with_jobs(self, jobs: Mapping[str, JobFacts]) -> ClusterView:
+        return replace(self, jobs=jobs)
 
     def pods_of(self, job_key: str) -> tuple[PodFacts, ...]:
         return self.pods_by_job.get(job_key, ())
@@ -135,6 +150,23 @@ class ClusterView:
         return {name: ClassLaunchInfo(c.resource_name, c.tolerations) for name, c in self.classes.items()}
 
 
+KUEUE_INDEX_NAMES = ("htj_workloads", "htj_local_queues", "htj_cluster_queues", "htj_flavors")
+
+
+def kueue_view(indexes: Mapping[str, Mapping[str, Iterable[object]]]) -> KueueView:
+    """Kueue's objects from their indexes (absent ones read as empty)."""
+
+    def values(name: str) -> list[object]:
+        return [v for _, v in _flatten(indexes.get(name) or {})]
+
+    return KueueView.build(
+        (v for v in values("htj_workloads") if isinstance(v, WorkloadFacts)),
+        (v for v in values("htj_local_queues") if isinstance(v, LocalQueueFacts)),
+        (v for v in values("htj_cluster_queues") if isinstance(v, ClusterQueueFacts)),
+        (v for v in values("htj_flavors") if isinstance(v, FlavorFacts)),
+    )
+
+
 def classify(node: NodeFacts, classes: Iterable[ClassFacts]) -> str | None:
     """The class whose selector the node matches; the most specific selector wins, then the name."""
     matches = [c for c in classes if c.node_selector and c.selects(node.labels)]
@@ -147,10 +179,16 @@ def classify(node: NodeFacts, classes: Iterable[ClassFacts]) -> str | None:
 
 
 def job_request(
-    facts: JobFacts, job: HeteroTrainJob, status: HeteroTrainJobStatus, holding: bool, movable: bool = True
+    facts: JobFacts,
+    job: HeteroTrainJob,
+    status: HeteroTrainJobStatus,
+    holding: bool,
+    movable: bool = True,
+    exact_mix: Mapping[str, int] | None = None,
 ) -> JobRequest:
     """The scheduler's view of one job. `movable`: the scheduler may resize or preempt it (not while
-    it drains for an earlier decision)."""
+    it drains for an earlier decision). `exact_mix`: Kueue admitted it on exactly these GPUs per
+    class (its only allowed classes)."""
     spec = job.spec
     params = spec.parallelism.parameters()
     virtual_worker_size = params.virtual_worker_size if isinstance(params, HetPipeParameters) else None
@@ -179,13 +217,14 @@ def job_request(
         created_at=status.queued_at.timestamp() if status.queued_at is not None else facts.created_at,
         queue=spec.queue,
         priority=spec.priority,
-        allowed_classes=tuple(spec.gpu_classes),
+        allowed_classes=tuple(exact_mix) if exact_mix is not None else tuple(spec.gpu_classes),
         strategy=spec.parallelism.strategy,
         max_local_batch=dict(spec.batch.per_gpu_class_max),
         virtual_worker_size=virtual_worker_size,
         allocation_policy=policy,
         current=current,
         preemptible=movable,
+        exact_mix=exact_mix,
     )
 
 

@@ -22,6 +22,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     METRICS_AVAILABLE = "MetricsAvailable"  # the rebalancer's
+    ADMITTED = "Admitted"  # a job submitted to Kueue: its Workload's state, and what waits on what
 
 
 # Condition types the rebalancer writes; every other type belongs to the scheduling loop.

@@ -13,12 +13,15 @@ from typing import Any
 import aiohttp
 import kopf
 
+from hetero_operator.kueue.constants import API_VERSION as KUEUE_API_VERSION
 from hetero_operator.resources import GROUP, VERSION
 
 CORE = "/api/v1"
 HETEROTRAIN = f"/apis/{GROUP}/{VERSION}"
+KUEUE = f"/apis/{KUEUE_API_VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: server-side apply takes a JSON body
 
 PLURALS = {
     "Pod": (CORE, "pods"),
@@ -27,6 +30,7 @@ PLURALS = {
     "PersistentVolumeClaim": (CORE, "persistentvolumeclaims"),
     "Event": (CORE, "events"),
     "HeteroTrainJob": (HETEROTRAIN, "heterotrainjobs"),
+    "Workload": (KUEUE, "workloads"),
 }
 
 
@@ -155,6 +159,18 @@ class KubeClient:
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """JSON merge patch; None if the object is gone."""
         status, body = await self._send("PATCH", path, body=patch, content_type=MERGE_PATCH, accept=(404,))
+        return None if status == 404 else dict(body)
+
+    async def apply(
+        self, path: str, manifest: Mapping[str, Any], field_manager: str
+    ) -> dict[str, Any] | None:
+        """Server-side apply as `field_manager`, taking over fields others own (force); a
+        resourceVersion in `manifest` makes it conditional (409 when the object changed). None if
+        the object is gone."""
+        params = {"fieldManager": field_manager, "force": "true"}
+        status, body = await self._send(
+            "PATCH", path, body=manifest, params=params, content_type=APPLY_PATCH, accept=(404,)
+        )
         return None if status == 404 else dict(body)
 
     async def remove_finalizer(self, path: str, finalizers: Sequence[str], finalizer: str) -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -23,8 +23,9 @@ from hetero_operator.controller.actions import CyclePlan
 from hetero_operator.controller.clock import Clock, SystemClock
 from hetero_operator.controller.cycle_plan import CycleConfig, finish, prepare
 from hetero_operator.controller.facts import JobFacts
-from hetero_operator.controller.inventory import ClusterView
+from hetero_operator.controller.inventory import KUEUE_INDEX_NAMES, ClusterView
 from hetero_operator.controller.k8s import KubeClient
+from hetero_operator.controller.kueue_step import KueueConfig
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.metrics import OperatorMetrics, export_cycle
 from hetero_operator.controller.startup import wait_for_indexes
@@ -47,6 +48,8 @@ class LoopConfig:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     launch: launcher.LaunchSettings = field(default_factory=launcher.LaunchSettings)
+    # Jobs labelled kueue.x-k8s.io/queue-name go through Kueue (None: they are scheduled like others).
+    kueue: KueueConfig | None = None
     # Each cycle's duration and size as a JSON line appended here (for benchmarks; None: off).
     cycle_log: Path | None = None
 
@@ -85,11 +88,12 @@ class SchedulingLoop:
             self._retry_soon,
             config.concurrency,
         )
-        self.cycle_config = CycleConfig(config.lifecycle, config.scheduler)
+        self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue)
         self._wake = asyncio.Event()
         self._next_wake = config.idle_wake_seconds
         self._last_cycle_seconds = 0.0
         self._last_cycle_size: dict[str, int] = {}
+        self._last_cycle_at: float | None = None
         self.cycles = 0
 
     def trigger(self) -> None:
@@ -105,7 +109,13 @@ class SchedulingLoop:
 
     async def run(self) -> None:
         try:
-            await wait_for_indexes(self.client, self.view, self.config.namespaces, self.clock)
+            await wait_for_indexes(
+                self.client,
+                self.view,
+                self.config.namespaces,
+                self.clock,
+                kueue=self.config.kueue is not None,
+            )
             while True:
                 await self._next_cycle()
         finally:
@@ -140,17 +150,24 @@ class SchedulingLoop:
     def view(self) -> ClusterView:
         """The watches' view, with the statuses this replica knows to be newer."""
         get = self.indexes.get
+        kueue = {name: get(name) or {} for name in KUEUE_INDEX_NAMES} if self.config.kueue else None
         seen = ClusterView.from_indexes(
-            get("htj_classes") or {}, get("htj_nodes") or {}, get("htj_jobs") or {}, get("htj_pods") or {}
+            get("htj_classes") or {},
+            get("htj_nodes") or {},
+            get("htj_jobs") or {},
+            get("htj_pods") or {},
+            kueue,
         )
-        jobs = self.statuses.overlay(seen.jobs)
-        return ClusterView(seen.classes, seen.nodes, jobs, seen.pods_by_job, seen.node_class)
+        return seen.with_jobs(self.statuses.overlay(seen.jobs))
 
     def cycle(self) -> CyclePlan:
         """One cycle: decide on one view, queue the writes, start and stop the per-job tasks."""
         view = self.view()
-        in_flight = self.writers.in_flight(view.jobs)
-        prepared = prepare(view, self.clock.time(), in_flight, self.cycle_config)
+        workloads = (f"{w.namespace}/{w.name}" for found in view.kueue.workloads.values() for w in found)
+        now = self.clock.time()
+        in_flight = replace(self.writers.in_flight(view.jobs, workloads), last_cycle_at=self._last_cycle_at)
+        prepared = prepare(view, now, in_flight, self.cycle_config)
+        self._last_cycle_at = now
         started = time.perf_counter()
         decisions = schedule(prepared.snapshot, self.cycle_config.scheduler)
         self.metrics.schedule_seconds.observe(time.perf_counter() - started)

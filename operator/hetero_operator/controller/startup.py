@@ -4,38 +4,60 @@ a partial view could place a job twice or hand out GPUs that are taken."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from hetero_operator.controller import names
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.inventory import ClusterView
-from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KubeClient, KubeError
+from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KUEUE, KubeClient, KubeError
 
 log = logging.getLogger(__name__)
 
 
-async def existing_objects(
-    client: KubeClient, namespaces: tuple[str, ...]
-) -> tuple[set[str], set[str], set[str]]:
-    """Keys of the jobs, worker pods and nodes that exist now."""
+@dataclass(frozen=True)
+class Existing:
+    """Keys ("namespace/name", or the name) of what exists at start."""
+
+    jobs: set[str]
+    pods: set[str]
+    nodes: set[str]
+    workloads: set[str] = field(default_factory=set)
+
+
+def _key(item: Mapping[str, Any]) -> str:
+    return f"{item['metadata']['namespace']}/{item['metadata']['name']}"
+
+
+async def existing_objects(client: KubeClient, namespaces: tuple[str, ...], kueue: bool = False) -> Existing:
+    """The jobs, worker pods and nodes that exist now, and the jobs' Kueue Workloads (`kueue`)."""
     scopes = [f"/namespaces/{ns}" for ns in namespaces] or [""]
-    jobs: set[str] = set()
-    pods: set[str] = set()
+    found = Existing(set(), set(), set())
+    selector = {"labelSelector": names.LABEL_JOB}
+    managed = {"labelSelector": f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"}
     for scope in scopes:
-        for item in await client.list_items(f"{HETEROTRAIN}{scope}/heterotrainjobs"):
-            jobs.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
-        selector = {"labelSelector": names.LABEL_JOB}
-        for item in await client.list_items(f"{CORE}{scope}/pods", selector):
-            pods.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
-    nodes = {item["metadata"]["name"] for item in await client.list_items(f"{CORE}/nodes")}
-    return jobs, pods, nodes
+        found.jobs.update(_key(i) for i in await client.list_items(f"{HETEROTRAIN}{scope}/heterotrainjobs"))
+        found.pods.update(_key(i) for i in await client.list_items(f"{CORE}{scope}/pods", selector))
+        if kueue:
+            found.workloads.update(
+                _key(i) for i in await client.list_items(f"{KUEUE}{scope}/workloads", managed)
+            )
+    found.nodes.update(item["metadata"]["name"] for item in await client.list_items(f"{CORE}/nodes"))
+    return found
 
 
-def holds_everything(view: ClusterView, jobs: set[str], pods: set[str], nodes: set[str]) -> bool:
+def holds_everything(view: ClusterView, existing: Existing) -> bool:
     seen_pods = {f"{p.namespace}/{p.name}" for p in view.all_pods()}
-    return jobs <= set(view.jobs) and pods <= seen_pods and nodes <= set(view.nodes)
+    seen_workloads = {f"{w.namespace}/{w.name}" for found in view.kueue.workloads.values() for w in found}
+    return (
+        existing.jobs <= set(view.jobs)
+        and existing.pods <= seen_pods
+        and existing.nodes <= set(view.nodes)
+        and existing.workloads <= seen_workloads
+    )
 
 
 async def wait_for_indexes(
@@ -44,11 +66,12 @@ async def wait_for_indexes(
     namespaces: tuple[str, ...],
     clock: Clock,
     timeout: float = 60.0,
+    kueue: bool = False,
 ) -> None:
     deadline = clock.monotonic() + timeout
     while True:
         try:
-            jobs, pods, nodes = await existing_objects(client, namespaces)
+            existing = await existing_objects(client, namespaces, kueue)
             break
         except (KubeError, aiohttp.ClientError) as error:
             if clock.monotonic() > deadline:
@@ -56,8 +79,14 @@ async def wait_for_indexes(
             log.info("listing the cluster failed (%s); retrying", error)
             await clock.sleep(0.5)
     while clock.monotonic() < deadline:
-        if holds_everything(view(), jobs, pods, nodes):
-            log.info("indexes ready: %d jobs, %d pods, %d nodes", len(jobs), len(pods), len(nodes))
+        if holds_everything(view(), existing):
+            log.info(
+                "indexes ready: %d jobs, %d pods, %d nodes, %d Workloads",
+                len(existing.jobs),
+                len(existing.pods),
+                len(existing.nodes),
+                len(existing.workloads),
+            )
             return
         await clock.sleep(0.1)
     log.warning("indexes incomplete after %.0f s; starting anyway", timeout)

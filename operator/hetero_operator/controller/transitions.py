@@ -31,6 +31,7 @@ class DrainReason(StrEnum):
     PREEMPTED = "Preempted"
     RESIZED = "Resized"
     SUSPENDED = "Suspended"
+    EVICTED = "Evicted"  # Kueue took the job's admission away
 
 
 def status_of(job: HeteroTrainJob) -> HeteroTrainJobStatus:

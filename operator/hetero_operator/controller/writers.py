@@ -23,23 +23,33 @@ from hetero_operator.controller.actions import (
     Action,
     CleanUp,
     CreateGeneration,
+    CreateWorkload,
     CyclePlan,
     DeletePods,
+    DeleteWorkloads,
     InvalidMark,
     JobWrite,
+    PatchWorkloadStatus,
     PostEvent,
     PublishPlan,
     RequestCheckpoint,
+    SetWorkloadActive,
 )
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.cycle_plan import InFlight
 from hetero_operator.controller.events import event_manifest, involved, job_event, stamp
-from hetero_operator.controller.expectations import CreationExpectations, CreationState, FinalizerExpectations
+from hetero_operator.controller.expectations import (
+    CreationExpectations,
+    CreationState,
+    FinalizerExpectations,
+    WorkloadExpectations,
+)
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.k8s import KubeClient, KubeError, path_of
 from hetero_operator.controller.lifecycle import JobEvent
 from hetero_operator.controller.status_cache import StatusCache
 from hetero_operator.controller.status_writes import owned_by_loop, patch_status
+from hetero_operator.controller.workload_writes import change_workload_status
 from hetero_operator.resources import HeteroTrainJob
 
 log = logging.getLogger(__name__)
@@ -68,6 +78,7 @@ class JobWriters:
         self.on_error = on_error
         self.creations = CreationExpectations(clock)
         self.finalizers = FinalizerExpectations(clock)
+        self.workloads = WorkloadExpectations(clock)
         self._cleaning: set[str] = set()
         self._chains: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -76,8 +87,9 @@ class JobWriters:
 
     # --- what the next cycle must know ---------------------------------------------------------
 
-    def in_flight(self, jobs: Mapping[str, JobFacts]) -> InFlight:
-        """What is under way, for the pure cycle plan; forgets what the watch now shows."""
+    def in_flight(self, jobs: Mapping[str, JobFacts], workloads: Iterable[str] = ()) -> InFlight:
+        """What is under way, for the pure cycle plan; forgets what the watch now shows
+        (`workloads`: "namespace/name" of the Kueue Workloads it shows)."""
         for key, facts in jobs.items():
             if names.FINALIZER in facts.finalizers:
                 self.finalizers.seen(key)
@@ -93,6 +105,7 @@ class JobWriters:
             finalizers=frozenset((k, f.uid) for k, f in jobs.items() if not self.finalizers.due(k, f.uid)),
             cleaning=frozenset(self._cleaning),
             busy=frozenset(self._chains),
+            workloads=self.workloads.pending(set(workloads)),
         )
 
     # --- carrying out a plan -------------------------------------------------------------------
@@ -115,6 +128,8 @@ class JobWriters:
         for action in write.actions:
             if isinstance(action, CreateGeneration):
                 self.creations.mark((key, write.facts.uid, action.generation), CreationState.QUEUED)
+            elif isinstance(action, CreateWorkload):
+                self.workloads.creating(key, action.name)
         assumed = None
         if write.patch:
             phase = write.status.phase
@@ -153,6 +168,28 @@ class JobWriters:
             self._background(self._create_generation(job, action))
         elif isinstance(action, PostEvent):
             self._background(self._post_event(job, action.event))
+        else:
+            await self._act_on_workload(namespace, action)
+
+    async def _act_on_workload(
+        self,
+        namespace: str,
+        action: CreateWorkload | DeleteWorkloads | SetWorkloadActive | PatchWorkloadStatus,
+    ) -> None:
+        """A Kueue Workload's writes: each one safe to repeat (a second create is refused, a second
+        status change finds nothing left to change)."""
+        if isinstance(action, CreateWorkload):
+            await self.client.create(action.manifest)
+            for name in action.replaces:
+                await self.client.delete(path_of("Workload", namespace, name))
+        elif isinstance(action, DeleteWorkloads):
+            for name in action.names:
+                await self.client.delete(path_of("Workload", namespace, name))
+        elif isinstance(action, SetWorkloadActive):
+            patch = {"spec": {"active": action.active}}
+            await self.client.merge_patch(path_of("Workload", namespace, action.name), patch)
+        else:
+            await change_workload_status(self.client, self.clock, namespace, action)
 
     async def _request_checkpoint(self, namespace: str, pods: Iterable[str]) -> None:
         when = stamp(self.clock.time())
@@ -225,6 +262,8 @@ class JobWriters:
                 await self.client.delete(path_of("Pod", facts.namespace, pod), grace_seconds=0)
             for kind, name in names.job_objects(facts.name):
                 await self.client.delete(path_of(kind, facts.namespace, name))
+            for workload in clean.workloads:
+                await self.client.delete(path_of("Workload", facts.namespace, workload))
             await self.client.remove_finalizer(
                 path_of("HeteroTrainJob", facts.namespace, facts.name), facts.finalizers, names.FINALIZER
             )
@@ -260,6 +299,7 @@ class JobWriters:
                     log.warning("%s", error)
                     self.statuses.drop(key)  # what the next cycle sees falls back to the watch
                     self.creations.write_failed(key)
+                    self.workloads.failed(key)
                     self.on_error()
 
         task = asyncio.create_task(chained())

@@ -12,8 +12,10 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
+from hetero_operator.kueue.admission import WorkloadPhase, WorkloadReadError, read_admission
 from hetero_operator.kueue.constants import (
     ADMISSION_CONDITIONS,
     API_VERSION,
@@ -148,3 +150,44 @@ def mark_finished(workload: Mapping[str, Any], succeeded: bool, message: str, no
     reason = FinishReason.SUCCEEDED if succeeded else FinishReason.FAILED
     set_condition(conditions, Condition.FINISHED, True, reason, message, now, generation)
     return patch
+
+
+def mark_pods_ready(workload: Mapping[str, Any], now: dt.datetime) -> Manifest:
+    """PodsReady=True: every worker of the admitted job runs (what Kueue's waitForPodsReady waits for
+    before its timeout evicts the Workload)."""
+    generation = (workload.get("metadata") or {}).get("generation")
+    patch, conditions = _admission_patch(workload, keep_admission=True)
+    message = "All pods reached readiness and the workload is running"
+    set_condition(conditions, Condition.PODS_READY, True, "PodsReady", message, now, generation)
+    return patch
+
+
+class WorkloadChange(StrEnum):
+    """The status changes a job integration makes to its Workload."""
+
+    RELEASE = "release"  # hand an evicted admission back
+    FINISH = "finish"  # the job ended: release the quota
+    PODS_READY = "podsReady"  # every worker runs
+
+
+def due_patch(
+    change: WorkloadChange,
+    workload: Mapping[str, Any],
+    now: dt.datetime,
+    succeeded: bool = True,
+    message: str = "",
+) -> Manifest | None:
+    """The patch for `change` against the Workload as it is now; None when it no longer applies (it
+    was made already, or Kueue moved on), so asking twice writes once."""
+    try:
+        admission = read_admission(workload)
+    except WorkloadReadError:
+        return None
+    if change is WorkloadChange.RELEASE:
+        return release_after_eviction(workload, now) if admission.phase is WorkloadPhase.EVICTED else None
+    if change is WorkloadChange.FINISH:
+        return mark_finished(workload, succeeded, message, now) if admission.finish is None else None
+    ready = _condition(workload, Condition.PODS_READY)
+    if admission.phase is not WorkloadPhase.ADMITTED or (ready is not None and ready.get("status") == "True"):
+        return None
+    return mark_pods_ready(workload, now)

@@ -14,12 +14,15 @@ from typing import Any
 
 import kopf
 
+from hetero_operator.controller import names
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
-from hetero_operator.controller.inventory import pod_index_key
+from hetero_operator.controller.inventory import KUEUE_INDEX_NAMES, pod_index_key
 from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.controller.peering import Leadership, PeeringConfig
 from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLoop
+from hetero_operator.kueue import constants as kueue
+from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
 from hetero_operator.manager.job_tasks import PrometheusTasks
 from hetero_operator.rebalance.runner import RebalancerSettings
 from hetero_operator.resources import (
@@ -31,6 +34,7 @@ from hetero_operator.resources import (
 
 JOBS = (GROUP, VERSION, "heterotrainjobs")
 CLASSES = (GROUP, VERSION, "gpuclasses")
+WORKLOADS = (kueue.GROUP, kueue.VERSION, "workloads")
 
 
 def _wake(memo: kopf.Memo) -> None:
@@ -95,6 +99,51 @@ async def node_deleted(memo: kopf.Memo, **_: Any) -> None:
     _wake(memo)
 
 
+# --- Kueue: registered by `register_kueue_indexes` when the integration is on ---------------------
+
+
+async def htj_workloads(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, WorkloadFacts] | None:
+    """The Workloads of HeteroTrainJobs, by job."""
+    facts = WorkloadFacts.from_body(body)
+    if facts is None:
+        return None
+    _wake(memo)
+    return {facts.job_key: facts}
+
+
+async def htj_local_queues(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, LocalQueueFacts]:
+    _wake(memo)
+    facts = LocalQueueFacts.from_body(body)
+    return {f"{facts.namespace}/{facts.name}": facts}
+
+
+async def htj_cluster_queues(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, ClusterQueueFacts]:
+    """Quotas and their usage: a change may let a waiting job's mix in, or call for another."""
+    _wake(memo)
+    facts = ClusterQueueFacts.from_body(body)
+    return {facts.name: facts}
+
+
+async def htj_flavors(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, FlavorFacts]:
+    _wake(memo)
+    facts = FlavorFacts.from_body(body)
+    return {facts.name: facts}
+
+
+async def workload_deleted(memo: kopf.Memo, **_: Any) -> None:
+    _wake(memo)
+
+
+def register_kueue_indexes() -> None:
+    """Watch Kueue's objects (their CRDs must exist: Kueue is installed)."""
+    managed = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
+    kopf.index(*WORKLOADS, labels=managed)(htj_workloads)
+    kopf.on.event(*WORKLOADS, labels=managed, when=_deleted)(workload_deleted)
+    kopf.index(kueue.GROUP, kueue.VERSION, "localqueues")(htj_local_queues)
+    kopf.index(kueue.GROUP, kueue.VERSION, "clusterqueues")(htj_cluster_queues)
+    kopf.index(kueue.GROUP, kueue.VERSION, "resourceflavors")(htj_flavors)
+
+
 # --- jobs ---------------------------------------------------------------------------------------
 # No change handlers on jobs: the scheduling loop validates every job it sees (Valid=False naming the
 # field, and an InvalidSpec event), owns the cleanup finalizer and removes a deleted job's objects.
@@ -117,7 +166,7 @@ async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
     client = KubeClient(memo.connection, on_request=metrics.count_request)
     if memo.metrics_port:
         metrics.serve(memo.metrics_port)
-    indexes = {name: kwargs[name] for name in INDEX_NAMES}
+    indexes = {name: kwargs[name] for name in (*INDEX_NAMES, *KUEUE_INDEX_NAMES) if name in kwargs}
     loop = SchedulingLoop(client, indexes, memo.loop_config, metrics)
     rebalancer: RebalancerSettings | None = getattr(memo, "rebalancer", None)
     if rebalancer is not None:

@@ -14,6 +14,7 @@ import kopf
 
 from hetero_operator.controller import names
 from hetero_operator.controller.k8s import connection_info
+from hetero_operator.controller.kueue_step import KueueConfig
 from hetero_operator.controller.lifecycle import LifecycleConfig
 from hetero_operator.controller.peering import (
     DEFAULT_LIFETIME_SECONDS,
@@ -43,6 +44,8 @@ class OperatorOptions:
     api_port: int = 0
     watch_timeout_seconds: int = 60
     cycle_log: Path | None = None
+    kueue: bool = False
+    kueue_repropose_after_seconds: float = 300.0
     loop: LoopConfig = field(default_factory=LoopConfig)
 
     def loop_config(self) -> LoopConfig:
@@ -55,6 +58,7 @@ class OperatorOptions:
             scheduler=self.loop.scheduler,
             launch=self.loop.launch,
             cycle_log=self.cycle_log,
+            kueue=KueueConfig(self.kueue_repropose_after_seconds) if self.kueue else None,
         )
 
     def peering_config(self, started: datetime) -> PeeringConfig | None:
@@ -123,6 +127,8 @@ def run(options: OperatorOptions) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if options.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(options.kubeconfig)
+    if options.kueue:
+        handlers.register_kueue_indexes()
     peering = options.peering_config(datetime.now(UTC))
     memo = kopf.Memo(
         connection=connection_info(

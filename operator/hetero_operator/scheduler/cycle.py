@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hetero_operator.scheduler.admitted import place_admitted
 from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preemption, Resize
 from hetero_operator.scheduler.elastic import grow
 from hetero_operator.scheduler.free_index import ClusterState
@@ -107,6 +108,15 @@ def _admit(
     config: SchedulerConfig,
 ) -> None:
     """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
+    if job.exact_mix is not None:  # a quota system admitted it: exactly those GPUs, or it waits
+        placed = place_admitted(job, ctx, budgets)
+        if isinstance(placed, WaitReason):
+            out.unschedulable[job.key] = placed
+            out.waiting.append(job)
+        else:
+            out.place[job.key] = placed.allocation
+            out.predicted[job.key] = placed.prediction.samples_per_second
+        return
     state = ctx.state
     want = gang_size(job)
     if want is None or capacity_for(job, state) < want:
@@ -181,6 +191,8 @@ def _grow_idle(
             break
         is_new = job.key in out.place
         if not (is_new or (job.current is not None and job.preemptible)) or job.key in victims:
+            continue
+        if job.exact_mix is not None:  # its size is the quota system's
             continue
         classes = frozenset(c for c in idle if job.allows(c))
         if not classes or not any(state.free[c].usable(job.chunk) for c in classes):

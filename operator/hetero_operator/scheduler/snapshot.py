@@ -157,6 +157,8 @@ class JobRequest:
 
     ``allowed_classes`` is in preference order (empty: any class). ``current`` is the allocation the
     job holds (``None`` while queued). ``max_local_batch`` caps the local batch per GPU of a class.
+    ``exact_mix`` (GPUs per class): a quota system admitted the job on exactly these GPUs; it is
+    placed on them or waits, and is never grown (see `admitted`).
     """
 
     key: str
@@ -174,6 +176,7 @@ class JobRequest:
     current: Allocation | None = None
     preemptible: bool = True
     profile: MeasuredProfile | None = None
+    exact_mix: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         namespace, _, name = self.key.partition("/")
@@ -201,6 +204,14 @@ class JobRequest:
                 1 <= self.virtual_worker_size <= self.gpus_max,
                 f"jobs[{self.key}].virtual_worker_size: must be between 1 and gpus_max ({self.gpus_max})",
             )
+        if self.exact_mix is not None:
+            bad = sorted(c for c, v in self.exact_mix.items() if v < 1 or v % self.chunk)
+            _require(
+                bool(self.exact_mix) and not bad,
+                f"jobs[{self.key}].exact_mix: needs at least one class, each with a positive multiple of "
+                f"{self.chunk} GPUs (classes {bad})",
+            )
+            object.__setattr__(self, "exact_mix", MappingProxyType(dict(self.exact_mix)))
         # Freeze the mapping so a snapshot cannot change under a running cycle.
         object.__setattr__(self, "max_local_batch", MappingProxyType(dict(self.max_local_batch)))
 
