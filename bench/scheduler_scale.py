@@ -356,7 +356,7 @@ def run(
             with log.open("wb") as out:
                 profile = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
                 operator = subprocess.Popen(
-                    [sys.executable, *profile, "-m", "hetero_operator.cli.operator", "--kubeconfig",
+                    [sys.executable, *profile, "-m", "hetero_operator", "operator", "--kubeconfig",
                      str(bed.kubeconfig), "--metrics-port", str(port), "--prometheus-url", bed.prometheus_url,
                      "--cycle-log", str(cycle_log), *(["-v"] if keep_log else [])],
                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ),

@@ -44,7 +44,7 @@ def kueue_operator(
     live.wait_for(lambda: not leftover_jobs(kueue_testbed), 120, "the jobs of earlier tests gone")
     directory = Path(tmp_path_factory.mktemp("kueue-operator"))
     repropose = getattr(request.module, "REPROPOSE_SECONDS", REPROPOSE_SECONDS)
-    args = ("--kueue", "--kueue-repropose-after", str(repropose))
+    args = ("--kueue.enabled", "--kueue.repropose-after-seconds", str(repropose))
     with live.chart_operator(kueue_testbed, kueue_chart_account, directory, GRACE_SECONDS, args) as process:
         yield process
 

@@ -114,12 +114,13 @@ class OperatorProcess:
         argv = [
             sys.executable,
             "-m",
-            "hetero_operator.cli.operator",
+            "hetero_operator",
+            "operator",
             "--kubeconfig",
             str(self.kubeconfig),
             "--metrics-port",
             str(self.metrics_port),
-            "--checkpoint-grace",
+            "--lifecycle.checkpoint-grace-seconds",
             str(self.grace_seconds),
             *self.extra_args,
         ]

@@ -114,7 +114,7 @@ def test_a_rebalancer_reads_neither_the_plan_nor_measurements_before_a_decision_
             )
 
         async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
-            rebalancer = Rebalancer(kube, http, RebalancerSettings(URL), clock)
+            rebalancer = Rebalancer(kube, http, RebalancerSettings(prometheus_url=URL), clock)
             memory = JobMemory()
             for epoch in (None, 0):  # no metrics yet, then still in the plan's first epoch
                 snapshot = MetricsSnapshot(True, {"ns/job": JobSample(epoch)})

@@ -569,7 +569,7 @@ def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(recor
         kube.requests.clear()
         transport = httpx.MockTransport(prometheus_answers(per_rank))
         async with httpx.AsyncClient(transport=transport) as http:
-            settings = RebalancerSettings("http://prometheus.invalid")
+            settings = RebalancerSettings(prometheus_url="http://prometheus.invalid")
             rebalancer = Rebalancer(kube, http, settings, ManualClock())
             decision = await rebalance_pass(rebalancer, http, kube, JobMemory())
         return decision, kube

@@ -44,7 +44,7 @@ def test_metrics_available_says_so_as_soon_as_prometheus_answers_again() -> None
             raise httpx.ConnectError("refused", request=request)
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
 
-    memory, settings = JobMemory(), RebalancerSettings("http://prometheus.invalid")
+    memory, settings = JobMemory(), RebalancerSettings(prometheus_url="http://prometheus.invalid")
     asyncio.run(_tick(kube, prometheus, memory, settings, clock))
     down = metrics_available(kube)
     assert down is not None and (down["status"], down["reason"]) == ("False", "PrometheusUnavailable")
@@ -77,7 +77,7 @@ def test_a_pass_that_says_prometheus_is_back_and_then_a_rank_is_missing_stamps_b
     kube, clock = FakeKube(), ManualClock(start=1_767_225_600.0)  # 2026-01-01T00:00:00Z
     running_job(kube, PLAN.model_copy(update={"version": 1}), conditions=[OUTAGE])
     # No grace for the missing rank, so that the pass writes both transitions.
-    settings = RebalancerSettings("http://prometheus.invalid", rediscovery_grace_seconds=0)
+    settings = RebalancerSettings(prometheus_url="http://prometheus.invalid", rediscovery_grace_seconds=0)
     asyncio.run(_tick(kube, _rank_0_unscraped, JobMemory(), settings, clock))
     written = [
         c
@@ -99,7 +99,7 @@ def test_a_rank_not_yet_scraped_by_a_prometheus_just_back_is_waited_for_then_rep
     kube, clock = FakeKube(), ManualClock()
     running_job(kube, PLAN.model_copy(update={"version": 1}))
     memory = JobMemory(prometheus_unreachable=True)  # the last pass found Prometheus down
-    settings = RebalancerSettings("http://prometheus.invalid", rediscovery_grace_seconds=30)
+    settings = RebalancerSettings(prometheus_url="http://prometheus.invalid", rediscovery_grace_seconds=30)
     asyncio.run(_tick(kube, _rank_0_unscraped, memory, settings, clock))
     assert memory.prometheus_back_at is not None and not memory.prometheus_unreachable
     assert metrics_available(kube) is None, "no fault is reported while Prometheus rediscovers the pods"

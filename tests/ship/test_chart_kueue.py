@@ -44,7 +44,7 @@ def test_the_kueue_value_passes_the_option_and_grants_exactly_what_the_integrati
 ) -> None:
     manifests = rendered["kueue"]
     args = container(manifests)["args"]
-    assert "--kueue" in args and "--kueue-repropose-after=120" in args
+    assert "--kueue.enabled" in args and "--kueue.repropose-after-seconds=120" in args
     operator_role, kueue_role = sorted(of_kind(manifests, "ClusterRole"), key=lambda r: r["metadata"]["name"])
     assert rules_of(operator_role) == (
         CLUSTER_GRANTS

@@ -83,7 +83,8 @@ def operator_log(testbed: Testbed, chart_release: str, tmp_path: Path) -> Iterat
     argv = [
         sys.executable,
         "-m",
-        "hetero_operator.cli.operator",
+        "hetero_operator",
+        "operator",
         "--kubeconfig",
         str(kubeconfig),
         "--namespace",

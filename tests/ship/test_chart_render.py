@@ -3,6 +3,7 @@ and dashboards."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -10,19 +11,22 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import typer
 import yaml
 from helm_chart import CHART, Manifest, helm, of_kind, one, render, validate
+from pydantic.alias_generators import to_camel
 
-from hetero_operator.cli import app
+from hetero_operator.cli.operator import parse_settings
 from hetero_operator.controller.job_conditions import ConditionType
 from hetero_operator.controller.kueue_proposals import AdmittedReason
 from hetero_operator.dashboards import DASHBOARDS
+from hetero_operator.manager.settings import CHART_GROUPS, OperatorSettings
 from hetero_operator.resources import GPUClass
 from hetero_operator.resources.crd import all_crds
 from hetero_operator.scheduler import WaitCode
 from hetero_operator.ship.chart_crds import KEEP_ANNOTATION, stale_files
 from hetero_operator.ship.chart_crds import main as chart_crds_main
+from hetero_operator.ship.chart_values import VALUES
+from hetero_operator.ship.chart_values import main as chart_values_main
 from hetero_operator.ship.peering_crds import peering_crds
 
 CRD_TEMPLATES = CHART / "templates" / "crds"
@@ -64,7 +68,7 @@ TOGGLES: dict[str, dict[str, Any]] = {
     "verbose-extra": {
         "operator": {
             "verbose": True,
-            "checkpointGraceSeconds": 120,
+            "settings": {"lifecycle": {"checkpointGraceSeconds": 120}, "scheduler": {"elastic": False}},
             "extraArgs": ["--flag"],
             "extraEnv": [{"name": "A", "value": "1"}],
         },
@@ -138,7 +142,8 @@ def test_defaults(rendered: dict[str, list[Manifest]]) -> None:
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     main = container(manifests)
     assert main["image"] == "heterotrain/operator:0.1.0"
-    assert main["args"] == ["--metrics-port=8080", "--api-port=8443", "--checkpoint-grace=30"]
+    assert main["args"][:2] == ["--metrics-port=8080", "--api-port=8443"]
+    assert "--lifecycle.checkpoint-grace-seconds=30" in main["args"]
     assert {p["name"] for p in main["ports"]} == {"metrics", "api"}
     service = one(manifests, "Service")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"metrics", "api"}
@@ -165,13 +170,32 @@ def test_operator_runs_locked_down(rendered: dict[str, list[Manifest]]) -> None:
 
 
 def test_every_argument_the_chart_passes_is_an_operator_option(rendered: dict[str, list[Manifest]]) -> None:
-    command = typer.main.get_command(app).commands["operator"]  # type: ignore[attr-defined]
-    options = {opt for param in command.params for opt in param.opts}
     for name, manifests in rendered.items():
         extra = TOGGLES[name].get("operator", {}).get("extraArgs", [])
-        passed = [arg.split("=", 1)[0] for arg in container(manifests)["args"] if arg not in extra]
-        assert set(passed) <= options, (name, sorted(set(passed) - options))
-    assert "--checkpoint-grace=120" in container(rendered["verbose-extra"])["args"]
+        args = [arg for arg in container(manifests)["args"] if arg not in extra]
+        parse_settings(args)  # refuses any option the operator does not have, naming it
+    args = container(rendered["verbose-extra"])["args"]
+    assert "--lifecycle.checkpoint-grace-seconds=120" in args and "--no-scheduler.elastic" in args
+
+
+def test_the_chart_sets_every_setting_to_the_operators_own_default(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    """`operator.settings` is generated from the settings model: rendered with the chart's defaults,
+    it gives the operator exactly its defaults, group by group and field by field."""
+    assert chart_values_main(["--check"]) == 0, (
+        "values.yaml is stale: python -m hetero_operator.ship.chart_values"
+    )
+    parsed = parse_settings(container(rendered["defaults"])["args"])
+    assert isinstance(parsed, OperatorSettings)
+    defaults = OperatorSettings()
+    for group in CHART_GROUPS:
+        assert getattr(parsed, group) == getattr(defaults, group), group
+    values = yaml.safe_load(VALUES.read_text())["operator"]["settings"]
+    assert set(values) == set(CHART_GROUPS)
+    for group in CHART_GROUPS:
+        fields = {to_camel(f.name) for f in dataclasses.fields(getattr(defaults, group))}
+        assert set(values[group]) == fields, group
 
 
 def test_a_prometheus_url_turns_rebalancing_on(rendered: dict[str, list[Manifest]]) -> None:

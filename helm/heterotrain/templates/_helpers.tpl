@@ -62,3 +62,21 @@ app.kubernetes.io/part-of: heterotrain
 {{- define "heterotrain.workerSelector" -}}
 app.kubernetes.io/managed-by: heterotrain-operator
 {{- end }}
+
+{{/*
+The operator's settings as options of `heterotrain operator`: `--GROUP.KEY=VALUE` (kebab-case), a
+boolean as `--GROUP.KEY` or `--no-GROUP.KEY`, nested groups recursively.
+*/}}
+{{- define "heterotrain.settingsArgs" -}}
+{{- $prefix := .prefix -}}
+{{- range $key, $value := .values -}}
+{{- $name := ternary (kebabcase $key) (printf "%s.%s" $prefix (kebabcase $key)) (eq $prefix "") -}}
+{{- if kindIs "map" $value -}}
+{{- include "heterotrain.settingsArgs" (dict "prefix" $name "values" $value) -}}
+{{- else if kindIs "bool" $value }}
+- {{ ternary (printf "--%s" $name) (printf "--no-%s" $name) $value }}
+{{- else }}
+- --{{ $name }}={{ $value }}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hetero_operator.cli import demo, jobs, plan, runtime, simulate, testbed
-from hetero_operator.cli.operator import OPERATOR_HELP, operator_command
+from hetero_operator.cli.operator import OPERATOR_CONTEXT, OPERATOR_HELP, operator_command
 
 app = typer.Typer(
     name="heterotrain",
@@ -23,7 +23,9 @@ app.command("describe")(jobs.describe_command)
 app.command("whatif")(jobs.whatif_command)
 app.command("logs")(jobs.logs_command)
 app.command("api")(jobs.api_command)
-app.command("operator", help=OPERATOR_HELP)(operator_command)
+app.command("operator", help=OPERATOR_HELP, context_settings=OPERATOR_CONTEXT, add_help_option=False)(
+    operator_command
+)
 
 
 def main() -> None:

@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.controller.actions import (
     Action,
@@ -44,12 +48,18 @@ from hetero_operator.resources import Phase
 from hetero_operator.scheduler import SchedulerConfig
 
 
-@dataclass(frozen=True, slots=True)
+@settings(frozen=True)
 class KueueConfig:
-    """`repropose_after_seconds`: how long a Workload may wait for admission before the job asks
-    for the best mix the unused quota admits instead."""
+    """Jobs under Kueue (the operator's settings)."""
 
-    repropose_after_seconds: float = 300.0
+    repropose_after_seconds: Annotated[
+        float,
+        Field(
+            ge=1,
+            description="Seconds a job's Workload may wait for admission before the job asks for the best "
+            "mix the queue's unused quota admits instead.",
+        ),
+    ] = 300.0
 
 
 @dataclass(frozen=True, slots=True)

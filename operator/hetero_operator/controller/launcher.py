@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator import metric_names
 from hetero_operator import plan as contract
@@ -52,12 +55,26 @@ class ClassLaunchInfo:
     tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchSettings:
-    metrics_port: int = metric_names.DEFAULT_METRICS_PORT
-    master_port: int = names.DEFAULT_MASTER_PORT
-    checkpoint_storage: str = "10Gi"
-    run_as_user: int = 1000
+@settings(frozen=True)
+class LaunchOptions:
+    """How worker pods are built (the operator's settings)."""
+
+    metrics_port: Annotated[
+        int, Field(ge=1, le=65535, description="Port each worker serves its Prometheus metrics on.")
+    ] = metric_names.DEFAULT_METRICS_PORT
+    master_port: Annotated[
+        int, Field(ge=1, le=65535, description="Port of rank 0's rendezvous (torch.distributed).")
+    ] = names.DEFAULT_MASTER_PORT
+    checkpoint_storage: Annotated[
+        str, Field(description="Size of a job's checkpoint claim when its checkpoint path is a directory.")
+    ] = "10Gi"
+    run_as_user: Annotated[
+        int, Field(ge=1, description="User (and group) id the workers run as; never root.")
+    ] = 1000
+
+
+@settings(frozen=True)
+class LaunchSettings(LaunchOptions):
     classes: Mapping[str, ClassLaunchInfo] = field(default_factory=dict)
 
     def class_info(self, gpu_class: str) -> ClassLaunchInfo:

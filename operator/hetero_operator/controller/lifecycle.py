@@ -18,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator import plan as contract
 from hetero_operator.controller import names
@@ -40,9 +44,18 @@ from hetero_operator.controller.transitions import (
 from hetero_operator.resources import Allocation, HeteroTrainJob, HeteroTrainJobStatus, Phase
 
 
-@dataclass(frozen=True, slots=True)
+@settings(frozen=True)
 class LifecycleConfig:
-    checkpoint_grace_seconds: float = 30.0
+    """How jobs are stopped (the operator's settings)."""
+
+    checkpoint_grace_seconds: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Seconds a preempted, resized or suspended job's workers get to save a checkpoint "
+            "before their pods are deleted (they stop sooner once saved).",
+        ),
+    ] = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.controller import launcher
 from hetero_operator.controller.actions import CyclePlan
@@ -39,11 +42,25 @@ INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
 Indexes = Mapping[str, Mapping[str, Iterable[object]]]
 
 
+@settings(frozen=True)
+class LoopTiming:
+    """When the scheduling loop runs a cycle and how many writes it has in flight (the operator's
+    settings)."""
+
+    debounce_seconds: Annotated[
+        float, Field(ge=0, description="Wait after a change before a cycle, to gather a burst into one.")
+    ] = 0.2
+    idle_wake_seconds: Annotated[
+        float, Field(gt=0, description="Longest time between two cycles when nothing changes.")
+    ] = 10.0
+    concurrency: Annotated[
+        int, Field(ge=1, description="Writes to the API server in flight at once (per kind of write).")
+    ] = 32
+
+
 @dataclass(frozen=True)
 class LoopConfig:
-    debounce_seconds: float = 0.2
-    idle_wake_seconds: float = 10.0
-    concurrency: int = 32
+    timing: LoopTiming = field(default_factory=LoopTiming)
     namespaces: tuple[str, ...] = ()
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -86,11 +103,11 @@ class SchedulingLoop:
             config.launch,
             self.freshest,
             self._retry_soon,
-            config.concurrency,
+            config.timing.concurrency,
         )
         self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue)
         self._wake = asyncio.Event()
-        self._next_wake = config.idle_wake_seconds
+        self._next_wake = config.timing.idle_wake_seconds
         self._last_cycle_seconds = 0.0
         self._last_cycle_size: dict[str, int] = {}
         self._last_cycle_at: float | None = None
@@ -129,9 +146,10 @@ class SchedulingLoop:
         # Debounce: gather the changes of a burst into one cycle, and never spend more than about a
         # third of the time in cycles (creation and the watches share this event loop, and under a
         # burst the API server needs the CPU more than a fresher decision does).
-        await self.clock.sleep(max(self.config.debounce_seconds, min(2 * self._last_cycle_seconds, 2.0)))
+        pause = max(self.config.timing.debounce_seconds, min(2 * self._last_cycle_seconds, 2.0))
+        await self.clock.sleep(pause)
         self._wake.clear()
-        self._next_wake = self.config.idle_wake_seconds
+        self._next_wake = self.config.timing.idle_wake_seconds
         started = time.perf_counter()
         try:
             self.cycle()

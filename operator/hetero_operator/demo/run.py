@@ -66,7 +66,7 @@ def operator_process(testbed: Testbed, log: Path, kubeconfig: Path | None = None
         f"--kubeconfig={kubeconfig or testbed.kubeconfig}",
         f"--metrics-port={port}",
         f"--prometheus-url={testbed.prometheus_url}",
-        "--checkpoint-grace=5",
+        "--lifecycle.checkpoint-grace-seconds=5",
     ]
     launched = processes.launch("operator", argv, log.parent)
     testbed.scrape_operator(f"127.0.0.1:{port}")

@@ -9,9 +9,11 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import httpx
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.controller import launcher, names
 from hetero_operator.controller.clock import Clock
@@ -46,18 +48,35 @@ class KubeWriter(Protocol):
     async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None: ...
 
 
-@dataclass(frozen=True)
-class RebalancerSettings:
-    prometheus_url: str
-    min_steps: int = 3
-    max_staleness_seconds: float = 60.0
+@settings(frozen=True)
+class RebalancerTuning:
+    """How running jobs are measured and rebalanced (the operator's settings)."""
+
+    min_steps: Annotated[
+        int, Field(ge=1, description="Steps every worker must have run under a plan before it is judged.")
+    ] = 3
+    max_staleness_seconds: Annotated[
+        float, Field(gt=0, description="Worker metrics older than this are stale: no decision is taken.")
+    ] = 60.0
     # A Prometheus that comes back finds the worker pods again and scrapes each within a few
     # intervals; a rank it has not scraped by then is missing in earnest.
-    rediscovery_grace_seconds: float = 30.0
-    tick_seconds: float = 2.0
+    rediscovery_grace_seconds: Annotated[
+        float,
+        Field(ge=0, description="After a Prometheus outage, how long a rank without series is waited for."),
+    ] = 30.0
+    tick_seconds: Annotated[
+        float, Field(gt=0, description="Seconds between two looks at every running job's metrics.")
+    ] = 2.0
     # While Prometheus is away, look again sooner: the job should not finish an epoch still saying
     # so after it is back.
-    retry_seconds: float = 0.5
+    retry_seconds: Annotated[
+        float, Field(gt=0, description="Seconds between two looks while Prometheus does not answer.")
+    ] = 0.5
+
+
+@settings(frozen=True, kw_only=True)
+class RebalancerSettings(RebalancerTuning):
+    prometheus_url: str
 
 
 @dataclass

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.scheduler.admitted import place_admitted
 from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preemption, Resize
@@ -38,24 +42,47 @@ from hetero_operator.scheduler.snapshot import Allocation, JobRequest, Snapshot
 from hetero_operator.scheduler.throughput import PriorModel
 
 
-@dataclass(frozen=True, slots=True)
+@settings(frozen=True)
 class SchedulerConfig:
-    """Tunables. ``tie_tolerance``: relative throughput gap treated as a tie (then fewer nodes win).
-    ``grow_gain_running``/``grow_gain_new``: relative throughput gain that justifies growing a
-    running job (a restart) or a job being placed now. ``max_growths_per_cycle`` bounds the work.
-    ``reclaim_growth``: a waiting queue head may shrink jobs of its own priority back toward their
-    gang size (what they grew into while GPUs sat idle), not only lower-priority jobs.
-    ``head_reservations``: hold GPUs back for waiting queue heads (backfill never delays a head);
-    off, later jobs take any free GPUs (best-effort FIFO: more throughput, large jobs may wait)."""
+    """How the scheduler places, grows and preempts jobs (the operator's settings; the simulator's
+    `heterotrain` policy runs exactly these defaults)."""
 
-    prior: PriorModel = field(default_factory=PriorModel)
-    tie_tolerance: float = 0.01
-    elastic: bool = True
-    grow_gain_running: float = 0.10
-    grow_gain_new: float = 0.02
-    max_growths_per_cycle: int = 64
-    reclaim_growth: bool = False
-    head_reservations: bool = True
+    prior: Annotated[PriorModel, Field(description="Performance of a job before any of it is measured.")] = (
+        field(default_factory=PriorModel)
+    )
+    tie_tolerance: Annotated[
+        float,
+        Field(ge=0, le=1, description="Relative throughput gap treated as a tie (then fewer nodes win)."),
+    ] = 0.01
+    elastic: Annotated[
+        bool, Field(description="Grow jobs toward gpus.max into GPUs no waiting job wants.")
+    ] = True
+    grow_gain_running: Annotated[
+        float,
+        Field(
+            ge=0, description="Throughput gain that justifies growing a running job (a checkpoint-restart)."
+        ),
+    ] = 0.10
+    grow_gain_new: Annotated[
+        float, Field(ge=0, description="Throughput gain that justifies growing a job being placed now.")
+    ] = 0.02
+    max_growths_per_cycle: Annotated[
+        int, Field(ge=0, description="Jobs considered for growth in one cycle (bounds its work).")
+    ] = 64
+    reclaim_growth: Annotated[
+        bool,
+        Field(
+            description="A waiting queue head may shrink jobs of its own priority back toward their gang "
+            "size (what they grew into while GPUs sat idle), not only lower-priority jobs."
+        ),
+    ] = False
+    head_reservations: Annotated[
+        bool,
+        Field(
+            description="Hold GPUs back for waiting queue heads (backfill never delays a head); off, later "
+            "jobs take any free GPUs."
+        ),
+    ] = True
 
 
 @dataclass(slots=True)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.planner.batch import ClusterModel, WorkerModel, optimal_split
 from hetero_operator.planner.errors import PlanningError
@@ -21,7 +25,7 @@ from hetero_operator.scheduler.snapshot import ClassProfile, GPUClassInfo, JobRe
 PREDICTION_CACHE_SIZE = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
+@settings(frozen=True)
 class PriorModel:
     """Performance of a job nobody has measured yet, for a GPU of relative speed 1.0 (ms).
 
@@ -31,12 +35,24 @@ class PriorModel:
     which is what makes fewer nodes faster. The last bucket (``last_bucket_fraction``) never overlaps.
     """
 
-    ms_per_sample: float = 10.0
-    fixed_ms: float = 20.0
-    sync_fraction: float = 0.5
-    allreduce_ms_one_node: float = 10.0
-    allreduce_ms_across_nodes: float = 60.0
-    last_bucket_fraction: float = 0.25
+    ms_per_sample: Annotated[
+        float, Field(gt=0, description="Compute per sample on a GPU of speed 1 (ms).")
+    ] = 10.0
+    fixed_ms: Annotated[
+        float, Field(ge=0, description="Fixed compute per step on a GPU of speed 1 (ms).")
+    ] = 20.0
+    sync_fraction: Annotated[
+        float, Field(ge=0, le=1, description="Share of the compute after which the first bucket is ready.")
+    ] = 0.5
+    allreduce_ms_one_node: Annotated[
+        float, Field(ge=0, description="All-reduce of the gradients inside one node (ms, before 2(n-1)/n).")
+    ] = 10.0
+    allreduce_ms_across_nodes: Annotated[
+        float, Field(ge=0, description="All-reduce across nodes (ms, before 2(n-1)/n).")
+    ] = 60.0
+    last_bucket_fraction: Annotated[
+        float, Field(ge=0, le=1, description="Share of the all-reduce that never overlaps compute.")
+    ] = 0.25
 
     def allreduce_ms(self, workers: int, nodes: int) -> tuple[float, float]:
         """(t_o, t_u) for ``workers`` GPUs spread over ``nodes`` nodes."""
