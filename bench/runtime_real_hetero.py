@@ -11,7 +11,13 @@ Phases: solo at the even share (each worker alone), the split proportional to th
 again at each worker's share of that split (the speed it will train at: a GPU is faster per sample on
 larger batches), even (A), balanced (B), even again (A). Efficiency = B's samples/s ÷ Σ solo speeds.
 
-    python bench/runtime_real_hetero.py [--quick] [--global-batch N] [--allow-small-host] [--out FILE]
+The step's fixed part (the gradients' all-reduce, staged through host memory for the GPU under gloo,
+and the launch of the step) is the same whatever the split, so a small model on a fast GPU is bound by
+it; `--length` makes each sample more work for the same gradient size, and `sync_share` reports the
+part of the balanced step that no split can remove.
+
+    python bench/runtime_real_hetero.py [--quick] [--global-batch N] [--length L] [--steps N]
+                                        [--allow-small-host] [--out FILE]
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from runtime_fidelity import achieved_speeds, ideal_speedup, machine
 RESULTS = Path(__file__).resolve().parent / "results"
 EFFICIENCY_TARGET_GPU = 0.90
 MAX_WORKERS = 3
+# A GPU worker's cores: one drives the GPU, one serves the collective's transfers (staged through host
+# memory under gloo), as a pod for a GPU would request.
+GPU_WORKER_CORES = 2
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,8 @@ def plan_workers(cuda_devices: int, cores: list[int], allow_small_host: bool) ->
     """Which workers a machine can run with devices that really differ (pure)."""
     plans: list[WorkerPlan] = []
     free = list(cores)
-    if cuda_devices > 0:
-        plans.append(WorkerPlan("cuda:0", 1, [free.pop(0)]))
+    if cuda_devices > 0 and len(free) > GPU_WORKER_CORES:
+        plans.append(WorkerPlan("cuda:0", 1, [free.pop(0) for _ in range(GPU_WORKER_CORES)]))
     counts = thread_counts(len(free), MAX_WORKERS - len(plans))
     if not plans and len(set(counts)) < 2:
         if not allow_small_host:
@@ -97,6 +106,8 @@ def summarize(raw: dict[str, Any], plans: list[WorkerPlan], gpu_machine: bool) -
     speedup = raw["balanced"]["samples_per_s"] / even_rate
     ideal = ideal_speedup(speeds["balanced"], even_speeds)
     efficiency = raw["balanced"]["samples_per_s"] / sum(solo_speeds)
+    balanced_step = max(raw["balanced"]["worker_step_ms"])
+    sync_share = 1.0 - raw["balanced"]["slowest_compute_per_step_ms"] / balanced_step
     heterogeneous = len({(p.device, p.threads) for p in plans}) > 1
     notes = []
     if not heterogeneous:
@@ -125,6 +136,7 @@ def summarize(raw: dict[str, Any], plans: list[WorkerPlan], gpu_machine: bool) -
         "speedup_vs_even": speedup,
         "ideal_speedup": ideal,
         "efficiency": efficiency,
+        "sync_share": sync_share,
         "heterogeneous": heterogeneous,
         "verdict": verdict,
         "notes": notes,
@@ -146,6 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--global-batch", type=int, default=1024)
+    parser.add_argument("--length", type=int, default=64, help="sequence length: compute per sample")
+    parser.add_argument("--steps", type=int, help="steps per phase (default 30, 10 with --quick)")
     parser.add_argument(
         "--allow-small-host", action="store_true", help="equal workers on a host with < 4 cores"
     )
@@ -166,8 +180,8 @@ def main() -> None:
         config = {
             "global_batch": args.global_batch,
             "channels": 32,
-            "length": 64,
-            "steps": 10 if args.quick else 30,
+            "length": args.length,
+            "steps": args.steps or (10 if args.quick else 30),
             "solo_steps": 5 if args.quick else 10,
             "workers": [asdict(p) for p in plans],
             "out": str(Path(tmp) / "result.json"),
@@ -187,7 +201,7 @@ def main() -> None:
     }
     kind = "gpu" if gpus else f"cpu{len(os.sched_getaffinity(0))}"
     out = args.out or RESULTS / f"runtime_real_hetero-{kind}{'-quick' if args.quick else ''}.json"
-    write_artifact(result, out, ("speedup_vs_even", "ideal_speedup", "efficiency", "verdict"))
+    write_artifact(result, out, ("speedup_vs_even", "ideal_speedup", "efficiency", "sync_share", "verdict"))
     for note in result["notes"]:
         print(f"note: {note}", file=sys.stderr)
 

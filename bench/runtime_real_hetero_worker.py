@@ -60,13 +60,21 @@ class RealWorker:
         self.sync()
         return loss, time.perf_counter() - started
 
+    def warm_up(self, b: int, seconds: float = 1.0) -> None:
+        """Steps for a second before timing: a GPU idle between phases runs at a low clock until it has
+        been busy a while, and its first steps at a new shape pay for kernel selection."""
+        deadline = time.perf_counter() + seconds
+        self.compute(b)
+        while time.perf_counter() < deadline:
+            self.compute(b)
+
     def in_turns(self, b: int, steps: int) -> dict[str, float]:
         """Each worker alone, one after the other: its compute speed at `b` samples."""
         mine: dict[str, float] = {}
         for turn in range(self.world):
             dist.barrier()
             if self.rank == turn:
-                self.compute(b)  # warm-up
+                self.warm_up(b)
                 times = [self.compute(b)[1] for _ in range(steps)]
                 mine = {"local_batch": b, "compute_s": float(np.median(times))}
         dist.barrier()
@@ -108,7 +116,8 @@ def worker_main(config: dict[str, Any]) -> None:
     speeds = [s["local_batch"] / s["compute_s"] for s in first_solo]
     balanced = proportional(total, speeds)
     solo = worker.gather(worker.in_turns(balanced[worker.rank], solo_steps))
-    worker.phase(even, 2)  # warm-up
+    worker.warm_up(even[worker.rank])
+    worker.phase(even, 2)  # warm-up of the collective
     phases = {}
     for name, split in (("even", even), ("balanced", balanced), ("even_again", even)):
         phases[name] = phase_report(split, steps, total, worker.gather(worker.phase(split, steps)))

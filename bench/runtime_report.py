@@ -99,6 +99,7 @@ def real_row(run: dict[str, Any]) -> str:
     cells = [
         machine_label(run["machine"]),
         workers,
+        f"{run['config']['global_batch']} × {run['config']['length']}",
         " / ".join(f"{v:.0f}" for v in run["solo_samples_per_s"]),
         f"{run['even']['samples_per_s']:.0f} / {run['even_again']['samples_per_s']:.0f}",
         f"{run['balanced']['samples_per_s']:.0f}",
@@ -106,6 +107,7 @@ def real_row(run: dict[str, Any]) -> str:
         f"{run['speedup_vs_even']:.2f}",
         f"{run['ideal_speedup']:.2f}",
         f"{run['efficiency']:.3f}",
+        f"{run['sync_share']:.1%}" if "sync_share" in run else "-",
         run["verdict"],
         f"[json]({run['artifact'].removeprefix('bench/')})",
     ]
@@ -113,9 +115,10 @@ def real_row(run: dict[str, Any]) -> str:
 
 
 REAL_HEAD = (
-    "| Machine | Workers | Solo samples/s | Even samples/s (A / A again) | Balanced samples/s "
-    "| Balanced split | Speed-up | Ideal speed-up | Efficiency (÷ Σ solo) | Verdict | Artifact |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| Machine | Workers | Batch × length | Solo samples/s | Even samples/s (A / A again) "
+    "| Balanced samples/s | Balanced split | Speed-up | Ideal speed-up | Efficiency (÷ Σ solo) "
+    "| Sync share | Verdict | Artifact |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -163,6 +166,11 @@ def real_section(runs: list[dict[str, Any]]) -> list[str]:
         "CPU workers of different thread counts (on disjoint cores) on a CPU machine with 4 or more "
         "cores; solo speeds, even split, balanced split (proportional to solo speed), even split again. "
         "Target on a GPU machine: efficiency ≥ 0.90 against the solo speeds.",
+        "",
+        "**Batch × length** is the global batch and the samples' length (compute per sample at the same "
+        "gradient size). **Sync share** is the part of the balanced step outside the slowest worker's "
+        "compute: the all-reduce (staged through host memory for the GPU worker under gloo) and the "
+        "step's launch, which no split removes; a small model on a fast GPU is bound by it.",
         "",
     ]
     if not runs:
