@@ -106,6 +106,44 @@ def test_worker_pod_runs_locked_down() -> None:
     assert "/tmp" in mounts  # the only writable place besides the checkpoint volume
 
 
+def test_workers_get_their_cpu_memory_and_a_memory_backed_dev_shm() -> None:
+    model = job(
+        workerResources={"cpu": "3500m", "memory": "24Gi", "sharedMemory": "8Gi"},
+        env=[{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "NCCL_IB_DISABLE", "value": "1"}],
+    )
+    pod = launcher.worker_pods(model, allocation(("node-a", "fast")), SETTINGS)[0]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"] == {
+        "requests": {"nvidia.com/gpu": "1", "cpu": "3500m", "memory": "24Gi"},
+        "limits": {"nvidia.com/gpu": "1", "memory": "24Gi"},  # no CPU limit: it would throttle steps
+    }
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["spec"]["volumes"]
+    env = env_of(pod)
+    assert (env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_DISABLE"]) == ("eth0", "1")  # passed through as given
+
+
+def test_without_worker_resources_only_gpus_are_requested_and_dev_shm_has_its_default() -> None:
+    pod = launcher.worker_pods(job(), allocation(("node-a", "fast")), SETTINGS)[0]
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+    shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}  # a container's own is 64 MiB
+
+
+@pytest.mark.parametrize(
+    ("resources", "field"),
+    [({"memory": "16GB"}, "memory"), ({"cpu": "four"}, "cpu"), ({"sharedMemory": "-1Gi"}, "sharedMemory")],
+)
+def test_worker_resources_that_are_not_quantities_are_refused_naming_the_field(
+    resources: dict[str, str], field: str
+) -> None:
+    parsed, problems = job_problems(JobFacts.from_body(job_body(workerResources=resources)))
+    assert parsed is None and any(p.startswith(f"spec.workerResources.{field}") for p in problems), problems
+
+
 def test_tolerations_come_from_the_class_and_pod_overrides_add_to_them() -> None:
     extra = {"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
     model = job(podOverrides={"tolerations": [extra], "priorityClassName": "training"})
@@ -126,7 +164,11 @@ def test_building_twice_gives_identical_manifests() -> None:
 
 
 def test_every_manifest_is_valid_kubernetes() -> None:
-    model = job(checkpoint={"path": "/ckpt"}, podOverrides={"tolerations": [TOLERATE_KWOK]})
+    model = job(
+        checkpoint={"path": "/ckpt"},
+        podOverrides={"tolerations": [TOLERATE_KWOK]},
+        workerResources={"cpu": "2", "memory": "8Gi", "sharedMemory": "2Gi"},
+    )
     chosen = allocation(("node-a", "fast"), ("node-b", "medium"))
     plan = initial_plan(model.spec, chosen, SPEEDS)
     manifests = launcher.generation_manifests(model, chosen, plan, SETTINGS)

@@ -17,14 +17,13 @@ from hetero_operator.api.models import (
     WhatIfRequest,
     WhatIfResult,
 )
+from hetero_operator.controller.decision_effects import status_allocation
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import job_request
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
 from hetero_operator.controller.wait_reasons import class_wait
-from hetero_operator.resources import Allocation as StatusAllocation
-from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
+from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 from hetero_operator.scheduler import (
-    Allocation,
     Decisions,
     GPUClassInfo,
     JobRequest,
@@ -102,22 +101,6 @@ def api_class_reasons(waiting: WaitReason) -> list[ClassReason]:
     ]
 
 
-def status_allocation(allocation: Allocation) -> StatusAllocation:
-    return StatusAllocation.from_workers(
-        [
-            WorkerAllocation(
-                rank=slot.rank,
-                node=slot.node,
-                gpu_class=slot.gpu_class,
-                gpus=slot.gpus,
-                virtual_worker=slot.virtual_worker,
-                stage=slot.stage,
-            )
-            for slot in allocation.workers
-        ]
-    )
-
-
 def _pushed_aside(decisions: Decisions) -> set[str]:
     return set(decisions.preempt) | set(decisions.shrink)
 
@@ -149,7 +132,7 @@ def what_if(
             class_reasons=api_class_reasons(waiting) if waiting is not None else [],
             would_preempt=would_preempt,
         )
-    allocation = status_allocation(placed)
+    allocation = status_allocation(placed, 0, None)
     samples_per_second = decisions.predicted_samples_per_second.get(key)
     iteration = job.spec.batch.global_batch / samples_per_second if samples_per_second else None
     try:

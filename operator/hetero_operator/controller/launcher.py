@@ -16,7 +16,7 @@ from pydantic.dataclasses import dataclass as settings
 from hetero_operator import metric_names
 from hetero_operator import plan as contract
 from hetero_operator.controller import names
-from hetero_operator.resources import API_VERSION, HeteroTrainJob, WorkerAllocation
+from hetero_operator.resources import API_VERSION, HeteroTrainJob, WorkerAllocation, WorkerResources
 from hetero_operator.resources import Allocation as StatusAllocation
 
 Manifest = dict[str, Any]
@@ -192,28 +192,14 @@ def _restricted_security_context() -> dict[str, Any]:
     }
 
 
-def worker_pod(
-    job: HeteroTrainJob, allocation: StatusAllocation, worker: WorkerAllocation, settings: LaunchSettings
-) -> Manifest:
-    """One worker: bound to its node (there is no scheduler between us and the kubelet), holding its
-    GPUs through the class's extended resource."""
-    generation = allocation.generation
-    info = settings.class_info(worker.gpu_class)
-    labels = {
-        names.LABEL_RANK: str(worker.rank),
-        names.LABEL_GENERATION: str(generation),
-        names.LABEL_GPU_CLASS: worker.gpu_class,
-    }
-    metadata = _metadata(job, names.pod_name(job.name, generation, worker.rank), labels)
-    metadata["annotations"] = {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(settings.metrics_port),
-        "prometheus.io/path": "/metrics",
-    }
-    mounts = [
+def worker_volumes(job: HeteroTrainJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the worker container's mounts, the pod's volumes): the plan, the pod's own annotations, a
+    writable /tmp, a memory-backed /dev/shm and, for a checkpoint directory, the job's claim."""
+    mounts: list[dict[str, Any]] = [
         {"name": "plan", "mountPath": names.PLAN_MOUNT_DIR, "readOnly": True},
         {"name": "podinfo", "mountPath": names.PODINFO_MOUNT_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "plan", "configMap": {"name": names.plan_config_map_name(job.name)}},
@@ -230,6 +216,10 @@ def worker_pod(
             },
         },
         {"name": "tmp", "emptyDir": {}},
+        {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": job.spec.worker_resources.shared_memory},
+        },
     ]
     if job.spec.checkpoint is not None and _checkpoint_is_directory(job):
         mounts.append({"name": "checkpoint", "mountPath": job.spec.checkpoint.path})
@@ -239,7 +229,32 @@ def worker_pod(
                 "persistentVolumeClaim": {"claimName": names.checkpoint_claim_name(job.name)},
             }
         )
-    gpus = str(worker.gpus)
+    return mounts, volumes
+
+
+def worker_resources(spec: WorkerResources, gpu_resource: str, gpus: str) -> dict[str, Any]:
+    """The container's requests and limits: its GPUs (limit = request, as extended resources must),
+    the memory it asked for (limit = request: shared memory counts against it, and a pod over its
+    request is the first to be evicted), and CPU as a request only (a CPU limit throttles the step)."""
+    requests = {gpu_resource: gpus}
+    limits = {gpu_resource: gpus}
+    if spec.cpu is not None:
+        requests["cpu"] = spec.cpu
+    if spec.memory is not None:
+        requests["memory"] = limits["memory"] = spec.memory
+    return {"limits": limits, "requests": requests}
+
+
+def worker_container(
+    job: HeteroTrainJob,
+    allocation: StatusAllocation,
+    worker: WorkerAllocation,
+    settings: LaunchSettings,
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The worker container: the user's image and command, the runtime's environment, and the
+    worker's GPUs through its class's extended resource."""
+    resource = settings.class_info(worker.gpu_class).resource_name
     container: dict[str, Any] = {
         "name": names.WORKER_CONTAINER,
         "image": job.spec.image,
@@ -248,7 +263,7 @@ def worker_pod(
             {"name": "rendezvous", "containerPort": settings.master_port},
             {"name": "metrics", "containerPort": settings.metrics_port},
         ],
-        "resources": {"limits": {info.resource_name: gpus}, "requests": {info.resource_name: gpus}},
+        "resources": worker_resources(job.spec.worker_resources, resource, str(worker.gpus)),
         "volumeMounts": mounts,
         "securityContext": _restricted_security_context(),
     }
@@ -256,6 +271,27 @@ def worker_pod(
         container["command"] = list(job.spec.command)
     if job.spec.args:
         container["args"] = list(job.spec.args)
+    return container
+
+
+def worker_pod(
+    job: HeteroTrainJob, allocation: StatusAllocation, worker: WorkerAllocation, settings: LaunchSettings
+) -> Manifest:
+    """One worker: bound to its node (there is no scheduler between us and the kubelet), holding its
+    GPUs through the class's extended resource."""
+    generation = allocation.generation
+    labels = {
+        names.LABEL_RANK: str(worker.rank),
+        names.LABEL_GENERATION: str(generation),
+        names.LABEL_GPU_CLASS: worker.gpu_class,
+    }
+    metadata = _metadata(job, names.pod_name(job.name, generation, worker.rank), labels)
+    metadata["annotations"] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(settings.metrics_port),
+        "prometheus.io/path": "/metrics",
+    }
+    mounts, volumes = worker_volumes(job)
     spec: dict[str, Any] = {
         "nodeName": worker.node,
         "hostname": names.pod_hostname(generation, worker.rank),
@@ -270,11 +306,12 @@ def worker_pod(
             "fsGroup": settings.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [container],
+        "containers": [worker_container(job, allocation, worker, settings, mounts)],
         "volumes": volumes,
     }
-    if info.tolerations:
-        spec["tolerations"] = [dict(toleration) for toleration in info.tolerations]
+    tolerations = settings.class_info(worker.gpu_class).tolerations
+    if tolerations:
+        spec["tolerations"] = [dict(toleration) for toleration in tolerations]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -14,6 +14,7 @@ from grafana_foundation_sdk.models import dashboard as model_dashboard
 
 from hetero_operator.dashboards.gpu_pools import gpu_pools
 from hetero_operator.dashboards.training_job import training_job
+from hetero_operator.generated_files import stale_names
 
 DEFAULT_OUT = Path("helm/heterotrain/dashboards")
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
@@ -51,23 +52,13 @@ def render(builder: Dashboard) -> str:
     return json.dumps(dashboard_json(builder), indent=2, sort_keys=True) + "\n"
 
 
-def write_all(out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, factory in DASHBOARDS.items():
-        path = out / name
-        path.write_text(render(factory()), encoding="utf-8")
-        written.append(path)
-    return written
+def rendered_files() -> dict[str, str]:
+    return {name: render(factory()) for name, factory in DASHBOARDS.items()}
 
 
 def stale_files(out: Path) -> list[str]:
     """Dashboard files in `out` that are missing or differ from the generator's output."""
-    return [
-        name
-        for name, factory in DASHBOARDS.items()
-        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != render(factory())
-    ]
+    return stale_names(out, rendered_files())
 
 
 def panels_of(dashboard: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

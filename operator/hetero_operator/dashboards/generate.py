@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
-from hetero_operator.dashboards.export import DEFAULT_OUT, stale_files, write_all
+from hetero_operator.dashboards.export import DEFAULT_OUT, rendered_files
+from hetero_operator.generated_files import generator_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the Grafana dashboards from the metric names.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Directory for the JSON files.")
-    parser.add_argument("--check", action="store_true", help="Write nothing; exit 1 if the files are stale.")
-    options = parser.parse_args(argv)
-    if options.check:
-        stale = stale_files(options.out)
-        for name in stale:
-            print(
-                f"{options.out / name} is out of date: run python -m hetero_operator.dashboards",
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    for path in write_all(options.out):
-        print(path)
-    return 0
+    return generator_main(
+        argv,
+        "Generate the Grafana dashboards from the metric names.",
+        DEFAULT_OUT,
+        rendered_files,
+        "hetero_operator.dashboards",
+    )

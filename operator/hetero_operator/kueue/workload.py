@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hetero_operator.controller.launcher import merge_pod_overrides, owner_reference
+from hetero_operator.controller.launcher import merge_pod_overrides, owner_reference, worker_resources
 from hetero_operator.controller.names import (
     LABEL_GPU_CLASS,
     LABEL_JOB,
@@ -122,15 +122,13 @@ def pod_template(job: HeteroTrainJob, share: ClassShare, gpu_class: GPUClassSpec
     """What Kueue reads from one class's workers: their GPU requests, node selector and tolerations.
 
     The workers themselves are built by the launcher once Kueue admits the Workload; the template
-    requests exactly what each of them will (the class's GPU resource, `gpus_per_worker` of it)."""
+    requests exactly what each of them will (the class's GPU resource, `gpus_per_worker` of it, and
+    the job's CPU and memory per worker)."""
     gpus = str(share.gpus_per_worker)
     container: Manifest = {
         "name": WORKER_CONTAINER,
         "image": job.spec.image,
-        "resources": {
-            "requests": {gpu_class.resource_name: gpus},
-            "limits": {gpu_class.resource_name: gpus},
-        },
+        "resources": worker_resources(job.spec.worker_resources, gpu_class.resource_name, gpus),
     }
     if job.spec.command:
         container["command"] = list(job.spec.command)

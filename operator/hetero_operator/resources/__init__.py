@@ -13,6 +13,7 @@ from hetero_operator.resources.job_spec import (
     HeteroTrainJobSpec,
     Rebalance,
     RestartPolicy,
+    WorkerResources,
 )
 from hetero_operator.resources.job_status import (
     Allocation,
@@ -77,4 +78,5 @@ __all__ = [
     "Strategy",
     "Waiting",
     "WorkerAllocation",
+    "WorkerResources",
 ]

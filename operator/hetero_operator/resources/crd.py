@@ -6,7 +6,6 @@ python -m hetero_operator.resources.crd --out crds/ --check  # exit 1 if they ar
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from hetero_operator.generated_files import generator_main, stale_names
 from hetero_operator.resources.base import GROUP, VERSION
 from hetero_operator.resources.objects import GPUClass, HeteroTrainJob, _CustomObject
 from hetero_operator.resources.openapi import structural_schema
@@ -140,43 +140,23 @@ def render(crd: dict[str, Any]) -> str:
     return HEADER + yaml.safe_dump(crd, sort_keys=False, width=110, allow_unicode=True)
 
 
+def rendered_files() -> dict[str, str]:
+    return {name: render(crd) for name, crd in all_crds().items()}
+
+
 def stale_files(out: Path) -> list[str]:
     """Names of CRD files in `out` that are missing or differ from the generator's output."""
-    return [
-        name
-        for name, crd in all_crds().items()
-        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != render(crd)
-    ]
-
-
-def write_all(out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, crd in all_crds().items():
-        path = out / name
-        path.write_text(render(crd), encoding="utf-8")
-        written.append(path)
-    return written
+    return stale_names(out, rendered_files())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the heterotrain.io CRDs from the pydantic models.")
-    parser.add_argument("--out", type=Path, default=Path("crds"), help="Directory for the YAML files.")
-    parser.add_argument(
-        "--check", action="store_true", help="Write nothing; exit 1 if the files differ from the models."
+    return generator_main(
+        argv,
+        "Generate the heterotrain.io CRDs from the pydantic models.",
+        Path("crds"),
+        rendered_files,
+        "hetero_operator.resources.crd",
     )
-    options = parser.parse_args(argv)
-    if options.check:
-        stale = stale_files(options.out)
-        for name in stale:
-            print(
-                f"{options.out / name} is out of date: run python -m hetero_operator.resources.crd",
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    for path in write_all(options.out):
-        print(path)
-    return 0
 
 
 if __name__ == "__main__":

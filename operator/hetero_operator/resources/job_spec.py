@@ -223,6 +223,32 @@ class Checkpoint(WireModel):
     )
 
 
+# A Kubernetes resource quantity ("500m", "4", "16Gi", "1.5G"), as the API server parses one.
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+Quantity = Annotated[str, StringConstraints(max_length=32, pattern=QUANTITY_PATTERN)]
+DEFAULT_SHARED_MEMORY = "1Gi"
+
+
+class WorkerResources(WireModel):
+    """CPU and memory of each worker pod beside its GPUs, and its shared memory (/dev/shm): NCCL and
+    data-loader processes exchange tensors there, and a container's default is only 64 MiB."""
+
+    cpu: Quantity | None = Field(
+        default=None,
+        description="CPU each worker requests, as a Kubernetes quantity (e.g. 4 or 3500m); no limit is "
+        "set, so a worker may use idle cores.",
+    )
+    memory: Quantity | None = Field(
+        default=None,
+        description="Memory each worker requests and is limited to, as a Kubernetes quantity (e.g. "
+        "32Gi); shared memory counts against it.",
+    )
+    shared_memory: Quantity = Field(
+        default=DEFAULT_SHARED_MEMORY,
+        description="Size of the memory-backed /dev/shm of each worker, as a Kubernetes quantity.",
+    )
+
+
 class RestartPolicy(WireModel):
     """What happens when a worker fails: the whole job restarts from its checkpoint after a backoff."""
 
@@ -343,6 +369,10 @@ class HeteroTrainJobSpec(WireModel):
         description="Arithmetic of the forward and backward passes: auto (each worker picks from its own "
         "GPU: bf16 where it has bf16, such as A100 or H100; fp16 with loss scaling where it has not, such "
         "as V100 or T4, with the data strategy, else fp32; fp32 on CPUs), fp32, bf16 or fp16.",
+    )
+    worker_resources: WorkerResources = Field(
+        default_factory=WorkerResources,
+        description="CPU, memory and shared memory (/dev/shm) of each worker pod beside its GPUs.",
     )
     pod_overrides: dict[str, Any] | None = Field(
         default=None,

@@ -9,13 +9,13 @@ Each template is one CRD behind `crds.enabled`, annotated `helm.sh/resource-poli
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hetero_operator.generated_files import generator_main, stale_names
 from hetero_operator.resources.crd import all_crds
 from hetero_operator.ship.peering_crds import peering_crds
 
@@ -53,41 +53,23 @@ def render_template(crd: dict[str, Any]) -> str:
     return HEADER + OPEN + body + CLOSE
 
 
+def rendered_files() -> dict[str, str]:
+    return {name: render_template(crd) for name, crd in chart_crds().items()}
+
+
 def stale_files(out: Path) -> list[str]:
     """Template names in `out` that are missing or differ from the generator's output."""
-    return [
-        name
-        for name, crd in chart_crds().items()
-        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != render_template(crd)
-    ]
-
-
-def write_all(out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, crd in chart_crds().items():
-        path = out / name
-        path.write_text(render_template(crd), encoding="utf-8")
-        written.append(path)
-    return written
+    return stale_names(out, rendered_files())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the Helm chart's CRD templates.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Directory for the templates.")
-    parser.add_argument("--check", action="store_true", help="Write nothing; exit 1 if templates are stale.")
-    options = parser.parse_args(argv)
-    if options.check:
-        stale = stale_files(options.out)
-        for name in stale:
-            print(
-                f"{options.out / name} is out of date: run python -m hetero_operator.ship.chart_crds",
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    for path in write_all(options.out):
-        print(path)
-    return 0
+    return generator_main(
+        argv,
+        "Generate the Helm chart's CRD templates.",
+        DEFAULT_OUT,
+        rendered_files,
+        "hetero_operator.ship.chart_crds",
+    )
 
 
 if __name__ == "__main__":
