@@ -84,6 +84,14 @@ class ESyncParams(_Frozen):
         default=0.001, description="ε: a worker stops when one more step would not end ε before the slowest."
     )
     global_learning_rate: PositiveFloat = Field(default=1.0, description="ϵ: w ← w + ϵ·mean(Δw).")
+    max_local_steps: PositiveInt = Field(
+        default=1000, description="Most local steps a worker takes in one round, whatever the service says."
+    )
+    round_timeout_seconds: PositiveFloat = Field(
+        default=300.0,
+        description="A round whose deltas are not averaged this long after it began has lost a worker: the "
+        "worker stops with an error, and the job restarts from its checkpoint.",
+    )
     state_service_port: Annotated[int, Field(ge=0, le=65535)] = Field(
         default=0, description="TCP port of the state query service on rank 0 (0 = MASTER_PORT + 1)."
     )

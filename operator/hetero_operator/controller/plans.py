@@ -51,7 +51,11 @@ def initial_plan(
         params_e = spec.parallelism.parameters()
         assert isinstance(params_e, ESyncParameters)
         batches = contract.even_local_batches(spec.batch.global_batch, world)
-        extra["esync"] = contract.ESyncParams(global_learning_rate=params_e.global_step_size)
+        extra["esync"] = contract.ESyncParams(
+            global_learning_rate=params_e.global_step_size,
+            max_local_steps=params_e.max_local_steps,
+            round_timeout_seconds=params_e.round_timeout_seconds,
+        )
     else:
         even = spec.rebalance.initial_split is InitialSplit.EVEN
         weights = [1.0 if even else _speed(speeds, w.gpu_class) for w in workers]

@@ -32,7 +32,6 @@ from hetero_operator.resources.job_status import (
 from hetero_operator.resources.objects import GPUClass, HeteroTrainJob
 from hetero_operator.resources.parallelism import (
     AllocationPolicy,
-    CostModel,
     DreamDDPParameters,
     ESyncParameters,
     HetPipeParameters,
@@ -53,7 +52,6 @@ __all__ = [
     "ClassWait",
     "Condition",
     "ConditionStatus",
-    "CostModel",
     "DreamDDPParameters",
     "ESyncParameters",
     "EnvVar",

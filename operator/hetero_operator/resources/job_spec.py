@@ -299,12 +299,20 @@ FP16_NEEDS_DATA = CelRule(
     "fp32 or auto (auto picks fp32 on GPUs without bf16 for the other strategies)",
     field_path=".precision",
 )
+ADAPTIVE_NEEDS_DATA = CelRule(
+    rule="!has(self.batch.adaptive) || !self.batch.adaptive || self.parallelism.strategy == 'data'",
+    message="batch.adaptive (a total batch chosen for goodput) is only supported with parallelism.strategy "
+    "data, whose workers apply a new total at an epoch boundary: remove batch.adaptive or use strategy data",
+    field_path=".batch.adaptive",
+    reason="FieldValueForbidden",
+)
 SPEC_RULES = (
     VIRTUAL_WORKER_FITS,
     SESGD_GROUPS_FIT,
     BATCH_COVERS_GPUS,
     BATCH_LIMITS_NAME_ALLOWED_CLASSES,
     FP16_NEEDS_DATA,
+    ADAPTIVE_NEEDS_DATA,
 )
 
 
@@ -406,6 +414,8 @@ class HeteroTrainJobSpec(WireModel):
             )
         if self.precision is Precision.FP16 and self.parallelism.strategy is not Strategy.DATA:
             raise FP16_NEEDS_DATA.violation(f"got strategy {self.parallelism.strategy.value}")
+        if self.batch.adaptive and self.parallelism.strategy is not Strategy.DATA:
+            raise ADAPTIVE_NEEDS_DATA.violation(f"got strategy {self.parallelism.strategy.value}")
         unknown = sorted(set(self.batch.per_gpu_class_max) - set(self.gpu_classes))
         if self.gpu_classes and unknown:
             raise BATCH_LIMITS_NAME_ALLOWED_CLASSES.violation(f"not in gpuClasses: {', '.join(unknown)}")

@@ -33,13 +33,6 @@ class AllocationPolicy(StrEnum):
     AUTO = "auto"
 
 
-class CostModel(StrEnum):
-    """How DreamDDP predicts the exposed communication time of a layer group."""
-
-    PIPE = "pipe"
-    SUM = "sum"
-
-
 # --- strategy parameters -----------------------------------------------------------------------
 
 
@@ -101,18 +94,14 @@ class ESyncParameters(WireModel):
 
 class DreamDDPParameters(WireModel):
     """DreamDDP: partial local SGD. Layers are averaged on a schedule of `period` steps chosen so their
-    communication hides behind backpropagation."""
+    communication hides behind backpropagation (a layer's all-reduce starts once its backward pass has
+    ended, and all-reduces share one link)."""
 
     period: int = Field(
         default=4,
         ge=1,
         le=64,
         description="Synchronisation period H in steps: every layer is averaged once per period.",
-    )
-    cost_model: CostModel = Field(
-        default=CostModel.PIPE,
-        description="Communication model used to schedule layers: pipe (serial link, a layer's all-reduce "
-        "starts after its backward pass) or sum (optimistic overlap).",
     )
 
 

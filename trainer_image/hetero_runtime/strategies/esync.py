@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,25 @@ from hetero_runtime.strategies.base import (
     trainable,
 )
 from hetero_runtime.strategies.side_services import connect_state_service
+
+
+class RoundTimedOut(RuntimeError):
+    """A round's deltas were not averaged within roundTimeoutSeconds: a worker is lost or stalled."""
+
+
+def average_deltas(buffer: torch.Tensor, world_size: int, round_index: int, seconds_left: float) -> None:
+    """Sum `buffer` over the ranks, waiting at most `seconds_left`: past it the round has lost a worker,
+    and this one stops with an error (its job restarts from the checkpoint) instead of waiting on."""
+    if world_size == 1:
+        return
+    work = dist.all_reduce(buffer, async_op=True)
+    try:
+        work.wait(timeout=timedelta(seconds=max(seconds_left, 0.001)))
+    except RuntimeError as err:
+        raise RoundTimedOut(
+            f"esync round {round_index} was not averaged within roundTimeoutSeconds: a worker is lost or "
+            f"stalled ({err})"
+        ) from err
 
 
 class _OwnStream:
@@ -97,7 +117,8 @@ class ESyncStrategy:
         assert self.client is not None
         k, loss_sum, compute = 0, 0.0, 0.0
         step_seconds = 0.0
-        while not self.client.query(ctx.rank, k, step_seconds):
+        # A worker at maxLocalSteps ends its round without asking; the service then waits for nobody.
+        while k < self.params_config.max_local_steps and not self.client.query(ctx.rank, k, step_seconds):
             watch = ctx.simulator.begin()
             ctx.optimizer.zero_grad(set_to_none=True)
             loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(stream.take(local_batch)), ctx.amp)
@@ -132,8 +153,10 @@ class ESyncStrategy:
                 delta = torch.cat([p.data.reshape(-1) for p in self.params]) - start_weights
                 stop = 1.0 if ctx.stop.requested() else 0.0
                 buffer = torch.cat([delta, delta.new_tensor([k * local_batch, round_loss / k, stop])])
-                if ctx.world_size > 1:
-                    dist.all_reduce(buffer)
+                seconds_left = self.params_config.round_timeout_seconds - (
+                    time.perf_counter() - round_started
+                )
+                average_deltas(buffer, ctx.world_size, self.round, seconds_left)
                 scale = self.params_config.global_learning_rate / ctx.world_size
                 copy_from_flat(self.params, start_weights + scale * buffer[:-3])
                 round_samples, loss_total, stops = buffer[-3:].tolist()
