@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from hetero_operator.controller import names
-from hetero_operator.resources import GPUClass, HeteroTrainJob, InvalidResourceError
+from hetero_operator.resources import GPUClass, GPUClassStatus, HeteroTrainJob, InvalidResourceError
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 SCHEDULING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -82,11 +82,15 @@ class ClassFacts:
     memory_gib: float
     cost_weight: float
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    generation: int = 0
+    reported: GPUClassStatus | None = None  # the status the class carries now
 
     @classmethod
     def from_model(cls, model: GPUClass) -> ClassFacts:
         spec = model.spec
         return cls(
+            generation=int(model.metadata.get("generation") or 0),
+            reported=model.status,
             name=model.name,
             node_selector=dict(spec.node_selector),
             resource_name=spec.resource_name,

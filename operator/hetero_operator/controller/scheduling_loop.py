@@ -23,6 +23,7 @@ from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.controller import launcher
 from hetero_operator.controller.actions import CyclePlan
+from hetero_operator.controller.class_status import ClassStatusWriter
 from hetero_operator.controller.clock import Clock, SystemClock
 from hetero_operator.controller.cycle_plan import CycleConfig, finish, prepare
 from hetero_operator.controller.facts import JobFacts
@@ -105,6 +106,7 @@ class SchedulingLoop:
             self._retry_soon,
             config.timing.concurrency,
         )
+        self.class_statuses = ClassStatusWriter(client)
         self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue)
         self._wake = asyncio.Event()
         self._next_wake = config.timing.idle_wake_seconds
@@ -138,6 +140,7 @@ class SchedulingLoop:
         finally:
             for tasks in self.tasks:
                 await tasks.stop()
+            await self.class_statuses.stop()
             await self.writers.stop()
 
     async def _next_cycle(self) -> None:
@@ -192,6 +195,7 @@ class SchedulingLoop:
         plan = finish(prepared, decisions, self.cycle_config)
         self.writers.apply(plan)
         self._wake_in(plan.wake_in)
+        self._wake_in(self.class_statuses.sync(view, self.clock.monotonic()))
         export_cycle(self.metrics, plan, view)
         for tasks in self.tasks:
             tasks.sync(view.jobs)
@@ -214,3 +218,4 @@ class SchedulingLoop:
     async def settle(self) -> None:
         """Wait for every write queued so far (tests)."""
         await self.writers.settle()
+        await asyncio.gather(*self.class_statuses.tasks)

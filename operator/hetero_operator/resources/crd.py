@@ -56,7 +56,9 @@ GPU_CLASS_COLUMNS = (
     PrinterColumn("Speed", "number", ".spec.relativeSpeed", "Prior speed relative to the reference GPU."),
     PrinterColumn("Memory(GiB)", "number", ".spec.memoryGiB", "Memory of one GPU."),
     PrinterColumn("Resource", "string", ".spec.resourceName", "Extended resource that counts the GPUs."),
+    PrinterColumn("Nodes", "integer", ".status.nodes", "Ready, schedulable nodes of this class."),
     PrinterColumn("GPUs", "integer", ".status.gpus", "Allocatable GPUs of this class."),
+    PrinterColumn("Free", "integer", ".status.freeGpus", "GPUs of this class no running pod requests."),
     AGE,
 )
 

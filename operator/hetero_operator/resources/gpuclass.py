@@ -61,8 +61,13 @@ class GPUClassSpec(WireModel):
 class GPUClassStatus(WireModel):
     """What the operator last counted for this class."""
 
-    nodes: int = Field(default=0, ge=0, description="Ready nodes matching nodeSelector.")
+    nodes: int = Field(
+        default=0,
+        ge=0,
+        description="Ready, schedulable nodes matching nodeSelector whose taints the class tolerates.",
+    )
     gpus: int = Field(default=0, ge=0, description="Allocatable GPUs on those nodes.")
+    free_gpus: int = Field(default=0, ge=0, description="Of those GPUs, the ones no running pod requests.")
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec the status reflects."
     )
