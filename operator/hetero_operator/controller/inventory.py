@@ -23,16 +23,18 @@ from hetero_operator.kueue.facts import (
     WorkloadFacts,
 )
 from hetero_operator.resources import Allocation as StatusAllocation
-from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus
+from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
 from hetero_operator.resources.parallelism import HetPipeParameters
 from hetero_operator.scheduler import (
     Allocation,
+    ClassProfile,
     GPUClassInfo,
     JobRequest,
     NodeInfo,
     Snapshot,
     WorkerSlot,
 )
+from hetero_operator.scheduler import MeasuredProfile as SchedulerProfile
 
 NO_JOB = "-"
 """Pod index key of pods that belong to no HeteroTrainJob."""
@@ -224,7 +226,24 @@ def job_request(
         allocation_policy=policy,
         current=current,
         preemptible=movable,
+        profile=scheduler_profile(status.measured),
         exact_mix=exact_mix,
+    )
+
+
+def scheduler_profile(measured: MeasuredProfile | None) -> SchedulerProfile | None:
+    """The job's own measured speed per class, as the scheduler predicts its placements with (the
+    GPUClass priors scale it to classes the job has not run on)."""
+    if measured is None or not measured.classes:
+        return None
+    per_class = {
+        c.gpu_class: ClassProfile(
+            c.compute_ms_per_sample, c.compute_fixed_ms, c.sync_ready_ms_per_sample, c.sync_ready_fixed_ms
+        )
+        for c in measured.classes
+    }
+    return SchedulerProfile.from_mapping(
+        per_class, measured.overlapped_allreduce_ms, measured.last_bucket_allreduce_ms
     )
 
 

@@ -4,7 +4,7 @@ not) out. Nothing here talks to Kubernetes or Prometheus."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class RebalanceDecision:
     measured_seconds: float
     predicted_current_seconds: float | None = None
     predicted_new_seconds: float | None = None
+    model: ClusterModel | None = None  # the job's measured model behind the decision, by rank
 
 
 def measured_iteration_seconds(measured: JobMeasurements) -> float:
@@ -150,7 +151,8 @@ def decide(
     if policy.adaptive and measured.noise_scale is not None and measured.noise_scale >= 0:
         model = model or speed_model(usable, workers)
         proposal = _adapt_total(current, proposal, fitted or model, model, policy, measured.noise_scale)
-    return _conclude(current, proposal, split.stage.value, policy, measured_s, apply_at_epoch)
+    decision = _conclude(current, proposal, split.stage.value, policy, measured_s, apply_at_epoch)
+    return replace(decision, model=model or speed_model(usable, workers))
 
 
 def _worker_specs(current: Plan, policy: BatchPolicy) -> list[WorkerSpec]:

@@ -5,7 +5,8 @@ with the operator's own condition builders; only the writes themselves await."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -15,9 +16,16 @@ from hetero_operator.controller.k8s import path_of
 from hetero_operator.controller.plans import plan_status
 from hetero_operator.controller.status_writes import owned_by_rebalancer, patch_status
 from hetero_operator.plan import Plan
+from hetero_operator.planner import ClusterModel, WorkerModel
 from hetero_operator.rebalance.decide import RebalanceDecision
 from hetero_operator.rebalance.promql import PROMETHEUS_UNAVAILABLE
-from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, RebalanceRecord
+from hetero_operator.resources import (
+    HeteroTrainJob,
+    HeteroTrainJobStatus,
+    MeasuredClass,
+    MeasuredProfile,
+    RebalanceRecord,
+)
 from hetero_operator.resources.job_status import MAX_REASON_LENGTH
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -57,11 +65,39 @@ class MetricsState:
         self.status = updated
 
 
+def measured_profile(model: ClusterModel, classes: Sequence[str], plan_version: int) -> MeasuredProfile:
+    """The job's model per GPU class (`classes`: each rank's class): the mean of its workers' lines."""
+    by_class: dict[str, list[WorkerModel]] = defaultdict(list)
+    for worker, gpu_class in zip(model.workers, classes, strict=True):
+        by_class[gpu_class].append(worker)
+
+    def mean(values: Sequence[float]) -> float:
+        return round(max(sum(values) / len(values), 0.0), 6)
+
+    return MeasuredProfile(
+        classes=[
+            MeasuredClass(
+                gpu_class=name,
+                compute_ms_per_sample=mean([w.alpha for w in workers]),
+                compute_fixed_ms=mean([w.beta for w in workers]),
+                sync_ready_ms_per_sample=mean([w.alpha_sync for w in workers]),
+                sync_ready_fixed_ms=mean([w.beta_sync for w in workers]),
+                workers=len(workers),
+            )
+            for name, workers in sorted(by_class.items())
+        ],
+        overlapped_allreduce_ms=round(max(model.t_o, 0.0), 6),
+        last_bucket_allreduce_ms=round(max(model.t_u, 0.0), 6),
+        plan_version=plan_version,
+    )
+
+
 def published_status(
     status: HeteroTrainJobStatus, current: Plan, decision: RebalanceDecision, now: float
 ) -> dict[str, Any]:
     """The status patch of one decision: the measured step of the plan in effect (on `status.plan`
-    and on the record that introduced it) and, for a new plan, its summary and a new record."""
+    and on the record that introduced it), the job's measured model per class (for its next
+    placement) and, for a new plan, its summary and a new record."""
     measured = round(decision.measured_seconds, 6)
     records = list(status.rebalances)
     if records and records[-1].to_version == current.version:
@@ -82,4 +118,9 @@ def published_status(
             reason=decision.reason[:MAX_REASON_LENGTH],
         )
         records = status.model_copy(update={"rebalances": records}).with_rebalance(record).rebalances
-    return {"plan": plan, "rebalances": [r.to_wire() for r in records]}
+    patch: dict[str, Any] = {"plan": plan, "rebalances": [r.to_wire() for r in records]}
+    workers = status.allocation.workers if status.allocation is not None else []
+    classes = [w.gpu_class for w in sorted(workers, key=lambda w: w.rank)]
+    if decision.model is not None and len(classes) == decision.model.size:
+        patch["measured"] = measured_profile(decision.model, classes, current.version).to_wire()
+    return patch

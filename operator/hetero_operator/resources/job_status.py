@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, StringConstraints, model_validator
 
-from hetero_operator.resources.base import MAX_WORKERS, ObjectName, WireModel
+from hetero_operator.resources.base import MAX_GPU_CLASSES, MAX_WORKERS, ObjectName, WireModel
 
 MAX_CONDITIONS = 16
 MAX_REBALANCE_HISTORY = 20
@@ -225,6 +225,41 @@ class Waiting(WireModel):
     classes: list[ClassWait] = Field(default_factory=list, max_length=64, description="One entry per class.")
 
 
+class MeasuredClass(WireModel):
+    """The job's measured model of one GPU of a class, in ms for a local batch of b samples: compute
+    takes computeMsPerSample·b + computeFixedMs, the first gradient bucket is ready after
+    syncReadyMsPerSample·b + syncReadyFixedMs."""
+
+    gpu_class: ObjectName = Field(description="The GPUClass.")
+    compute_ms_per_sample: float = Field(ge=0, le=1e9, description="Compute time per sample (ms).")
+    compute_fixed_ms: float = Field(ge=0, le=1e9, description="Compute time of a step at any batch (ms).")
+    sync_ready_ms_per_sample: float = Field(
+        ge=0, le=1e9, description="Time per sample until the first gradient bucket is ready (ms)."
+    )
+    sync_ready_fixed_ms: float = Field(
+        ge=0, le=1e9, description="Fixed time until the first gradient bucket is ready (ms)."
+    )
+    workers: int = Field(ge=1, le=MAX_WORKERS, description="Workers of this class the model averages.")
+
+
+class MeasuredProfile(WireModel):
+    """What the job measured of itself, kept for its next placement (a restart, a resize or a requeue
+    after a lost node): per-class models of one GPU and the all-reduce times."""
+
+    classes: list[MeasuredClass] = Field(
+        max_length=MAX_GPU_CLASSES,
+        description="One model per GPUClass the job ran on.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuClass"]},
+    )
+    overlapped_allreduce_ms: float = Field(
+        ge=0, le=1e9, description="All-reduce time of every gradient bucket but the last (ms)."
+    )
+    last_bucket_allreduce_ms: float = Field(
+        ge=0, le=1e9, description="All-reduce time of the last bucket (ms)."
+    )
+    plan_version: int = Field(ge=0, le=1_000_000_000, description="The plan under which it was measured.")
+
+
 class HeteroTrainJobStatus(WireModel):
     """Observed state of the job, written by the operator through the status subresource."""
 
@@ -241,6 +276,9 @@ class HeteroTrainJobStatus(WireModel):
     waiting: Waiting | None = Field(default=None, description="Why the job waits to be placed, per class.")
     plan: Plan | None = Field(default=None, description="Current batch split.")
     progress: Progress | None = Field(default=None, description="Training progress.")
+    measured: MeasuredProfile | None = Field(
+        default=None, description="The job's measured speed per GPU class, used to place it again."
+    )
     rebalances: list[RebalanceRecord] = Field(
         default_factory=list,
         max_length=MAX_REBALANCE_HISTORY,
