@@ -27,14 +27,10 @@ def running_job(
     **spec: Any,
 ) -> HeteroTrainJob:
     world = plan.world_size
+    spec.setdefault("epochs", 10)
+    spec.setdefault("rebalance", {"everyEpochs": 1})
     body = job_body(
-        name,
-        namespace,
-        gpus={"min": world, "max": world},
-        batch={"global": plan.global_batch},
-        epochs=10,
-        rebalance={"everyEpochs": 1},
-        **spec,
+        name, namespace, gpus={"min": world, "max": world}, batch={"global": plan.global_batch}, **spec
     )
     workers = [{"rank": r, "node": f"node-{r}", "gpuClass": "fast", "gpus": 1} for r in range(world)]
     body["status"] = {

@@ -10,6 +10,7 @@ import httpx
 
 from hetero_operator import metric_names as names
 from hetero_operator.rebalance.measurements import JobMeasurements, MetricsUnavailable, WorkerMeasurement
+from hetero_operator.rebalance.watch import PARTS, RankTotals
 
 RATE_WINDOW = "30s"
 # The MetricsAvailable reason while Prometheus does not answer.
@@ -127,3 +128,53 @@ async def fetch(
     """The job's measurements under one plan version."""
     answers = await ask(client, prometheus_url, job_queries(namespace, job, plan_version))
     return parse(plan_version, answers)
+
+
+HISTOGRAMS = dict(
+    zip(
+        PARTS,
+        (
+            names.STEP_COMPUTE_SECONDS,
+            names.STEP_SYNC_START_SECONDS,
+            names.STEP_COMM_SECONDS,
+            names.STEP_SECONDS,
+        ),
+        strict=True,
+    )
+)
+
+
+def totals_queries(namespace: str, job: str, plan_version: int) -> dict[str, str]:
+    """Each rank's step histograms summed and counted under one plan version (cumulative)."""
+    sel, by = selector(namespace, job, plan_version), f"sum by ({names.LABEL_RANK})"
+    queries = {}
+    for part, histogram in HISTOGRAMS.items():
+        queries[f"{part}_seconds"] = f"{by} ({names.histogram_sum(histogram)}{sel})"
+        queries[f"{part}_steps"] = f"{by} ({names.histogram_count(histogram)}{sel})"
+    return queries
+
+
+def parse_totals(answers: Mapping[str, list[tuple[dict[str, str], float]]]) -> dict[int, RankTotals]:
+    """Ranks with every part answered (pure)."""
+    values: dict[int, dict[str, float]] = {}
+    for key, rows in answers.items():
+        for labels, value in rows:
+            try:
+                values.setdefault(int(labels[names.LABEL_RANK]), {})[key] = value
+            except (KeyError, ValueError):
+                continue
+    keys = [(f"{p}_seconds", f"{p}_steps") for p in PARTS]
+    return {
+        rank: RankTotals(
+            seconds=tuple(got[s] for s, _ in keys),  # type: ignore[arg-type]
+            steps=tuple(got[n] for _, n in keys),  # type: ignore[arg-type]
+        )
+        for rank, got in sorted(values.items())
+        if all(s in got and n in got and math.isfinite(got[s]) for s, n in keys)
+    }
+
+
+async def fetch_totals(
+    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str, plan_version: int
+) -> dict[int, RankTotals]:
+    return parse_totals(await ask(client, prometheus_url, totals_queries(namespace, job, plan_version)))

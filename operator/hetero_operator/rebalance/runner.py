@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Protocol
 
 import httpx
@@ -33,6 +33,7 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
+from hetero_operator.rebalance.watch import Totals, changed_speeds, describe, per_sample_seconds, window
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -89,6 +90,11 @@ class JobMemory:
     converged: bool = False  # the last rebalance did not pay off as measured: keep the split
     prometheus_unreachable: bool = False  # the last pass could not reach Prometheus
     prometheus_back_at: float | None = None  # monotonic time Prometheus answered after an outage
+    # Watching a settled split: each rank's totals at the last look, the epoch of that look, and the
+    # compute per sample the split was decided (or last re-judged) with, by plan version.
+    totals: dict[int, Totals] = field(default_factory=dict)
+    watched_epoch: int = -1
+    baselines: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
@@ -102,6 +108,17 @@ def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
     if job.spec.epochs and epoch + 1 >= job.spec.epochs:
         return False
     return plan.version > memory.last_decided_version
+
+
+def watch_due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
+    """Has the job run `everyEpochs` more since the last look at a plan already decided on, with an
+    epoch boundary still ahead?"""
+    plan = job.status.plan if job.status is not None else None
+    if plan is None or epoch is None or plan.version != memory.last_decided_version:
+        return False
+    if job.spec.epochs and epoch + 1 >= job.spec.epochs:
+        return False
+    return epoch >= memory.watched_epoch + job.spec.rebalance.every_epochs
 
 
 class Rebalancer:
@@ -143,7 +160,10 @@ class Rebalancer:
             await state.say(False, promql.PROMETHEUS_UNAVAILABLE, snapshot.error)
             return None
         await self._back(state, memory)
-        if not due(job, snapshot.of(f"{job.namespace}/{job.name}").epoch, memory):
+        epoch = snapshot.of(f"{job.namespace}/{job.name}").epoch
+        if watch_due(job, epoch, memory):
+            return await self._watch(job, state, memory, epoch)
+        if not due(job, epoch, memory):
             return None
         plan = await self._current_plan(job, memory)
         if plan is None:
@@ -159,12 +179,69 @@ class Rebalancer:
         await state.say(True, "WorkersReporting", "every worker reports metrics")
         memory.measured[plan.version] = measured
         history = await self._history(job, memory)
-        if memory.converged:
+        if memory.converged:  # the split went back to one that measured better: keep it, and watch it
+            memory.last_decided_version = plan.version
+            await self._start_watching(job, plan, measured, memory, epoch)
             return None
         decision = self._decide(job, plan, measured, history, memory)
         memory.last_decided_version = plan.version
+        if decision.plan is None:  # the split stays: watch it from here
+            await self._start_watching(job, plan, measured, memory, epoch)
         await self._publish(job, state.status, plan, decision)
         return decision
+
+    async def _start_watching(
+        self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory, epoch: int | None
+    ) -> None:
+        memory.baselines[plan.version] = per_sample_seconds(measured, plan)
+        memory.watched_epoch = epoch if epoch is not None else -1
+        try:
+            memory.totals[plan.version] = await self._fetch_totals(job, plan.version)
+        except MetricsUnavailable:
+            memory.totals.pop(plan.version, None)  # the next look starts the window
+
+    async def _fetch_totals(self, job: HeteroTrainJob, version: int) -> Totals:
+        url = self.settings.prometheus_url
+        return await promql.fetch_totals(self.http, url, job.namespace, job.name, version)
+
+    async def _watch(
+        self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
+    ) -> RebalanceDecision | None:
+        """One look at a settled split over the epochs since the last: a worker whose speed changed
+        reopens the decision, judged on that window alone."""
+        plan = await self._current_plan(job, memory)
+        if plan is None:
+            return None
+        try:
+            totals = await self._fetch_totals(job, plan.version)
+        except MetricsUnavailable:
+            return None  # the outage is reported by the snapshot's pass
+        before, memory.totals[plan.version] = memory.totals.get(plan.version), totals
+        memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
+        recent = window(before, totals, plan.version, epoch) if before is not None else None
+        if recent is None or min(w.steps for w in recent.workers) < self.settings.min_steps:
+            return None
+        speeds = per_sample_seconds(recent, plan)
+        changed = changed_speeds(memory.baselines.get(plan.version, {}), speeds)
+        if not changed:
+            return None
+        log.info("%s/%s: %s", job.namespace, job.name, describe(changed))
+        memory.baselines[plan.version] = speeds  # the same change does not reopen it twice
+        memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now
+        memory.converged = False
+        policy = batch_policy(job.spec, self._classes(job))
+        decision = decide(plan, record({}, recent, plan), policy, recent, (epoch or 0) + 1)
+        decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
+        if decision.plan is not None:
+            memory.last_decided_version = plan.version
+        await self._publish(job, state.status, plan, decision)
+        return decision
+
+    @staticmethod
+    def _classes(job: HeteroTrainJob) -> list[str]:
+        status = job.status or HeteroTrainJobStatus()
+        workers = sorted(status.allocation.workers, key=lambda w: w.rank) if status.allocation else []
+        return [w.gpu_class for w in workers]
 
     async def _back(self, state: MetricsState, memory: JobMemory) -> None:
         """Prometheus answered: say the outage is over now (the next decision, which would say so
@@ -200,9 +277,7 @@ class Rebalancer:
         history: dict[int, list[PerfSample]],
         memory: JobMemory,
     ) -> RebalanceDecision:
-        status = job.status or HeteroTrainJobStatus()
-        workers = sorted(status.allocation.workers, key=lambda w: w.rank) if status.allocation else []
-        policy = batch_policy(job.spec, [w.gpu_class for w in workers])
+        policy = batch_policy(job.spec, self._classes(job))
         apply_at = (measured.epoch or 0) + 1
         previous = memory.plans.get(plan.version - 1)
         previous_measured = memory.measured.get(plan.version - 1)

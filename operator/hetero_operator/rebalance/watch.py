@@ -1,0 +1,77 @@
+"""After a split has settled, the rebalancer keeps watching: every epoch it compares each worker's
+compute per sample over the last epoch with what it was when the split was decided, and a worker
+that became clearly slower or faster (a noisy neighbour, throttling, a recovery) reopens the
+decision with the new speeds. Pure: totals in, windows and changes out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hetero_operator.plan import Plan
+from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
+
+# A worker's compute per sample that moved by more than this share over a whole epoch has changed
+# speed; step-to-step noise averages out over an epoch's steps and stays well below it.
+SPEED_CHANGE = 0.2
+PARTS = ("compute", "sync_start", "comm", "step")
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """One rank's cumulative step histograms under one plan: seconds summed and steps counted, per part
+    of the step (PARTS order)."""
+
+    seconds: tuple[float, float, float, float]
+    steps: tuple[float, float, float, float]
+
+
+Totals = Mapping[int, RankTotals]
+
+
+def window(before: Totals, after: Totals, plan_version: int, epoch: int | None) -> JobMeasurements | None:
+    """Each rank's mean step between two looks at the totals; None when a rank has no new step."""
+    workers = []
+    for rank in sorted(after):
+        if rank not in before:
+            return None
+        seconds = [a - b for a, b in zip(after[rank].seconds, before[rank].seconds, strict=True)]
+        steps = [a - b for a, b in zip(after[rank].steps, before[rank].steps, strict=True)]
+        if min(steps) < 1:
+            return None
+        means = [s / n for s, n in zip(seconds, steps, strict=True)]
+        workers.append(WorkerMeasurement(rank, int(steps[3]), *means))
+    return (
+        JobMeasurements(plan_version=plan_version, epoch=epoch, workers=tuple(workers)) if workers else None
+    )
+
+
+def per_sample_seconds(measured: JobMeasurements, plan: Plan) -> dict[int, float]:
+    """Each rank's compute seconds per sample of its local batch (ranks with no samples left out)."""
+    return {
+        w.rank: w.compute_seconds / plan.local_batches[w.rank]
+        for w in measured.workers
+        if w.rank < len(plan.local_batches) and plan.local_batches[w.rank] > 0
+    }
+
+
+def changed_speeds(
+    baseline: Mapping[int, float], recent: Mapping[int, float], threshold: float = SPEED_CHANGE
+) -> dict[int, float]:
+    """Ranks whose speed changed by more than `threshold`: rank -> new speed ÷ old speed."""
+    changed = {}
+    for rank, now in recent.items():
+        before = baseline.get(rank)
+        if before is None or before <= 0 or now <= 0:
+            continue
+        speed_ratio = before / now  # time per sample went up: the rank got slower
+        if abs(speed_ratio - 1.0) > threshold:
+            changed[rank] = speed_ratio
+    return changed
+
+
+def describe(changed: Mapping[int, float]) -> str:
+    """'rank 2 at 0.51x its speed, rank 0 at 1.3x': for the decision's reason."""
+    return "worker speeds changed: " + ", ".join(
+        f"rank {rank} at {ratio:.2g}x its speed" for rank, ratio in sorted(changed.items())
+    )
