@@ -219,3 +219,79 @@ def test_adaptive_total_batch_changes_within_bounds(
     assert report["phase"] == "Succeeded"
     assert len(totals) >= 2, f"the total batch never changed: {totals}"
     assert all(256 <= total <= 2048 for total in totals)
+
+
+SLOWED_NODE = "local-fast"  # rank 0's node: the demo job's fastest worker
+
+
+def _share_ratios(batches: list[int]) -> tuple[float, float]:
+    return batches[0] / batches[1], batches[1] / batches[2]
+
+
+def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
+    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Once the split has settled, the fast node is slowed to the medium one's speed (the test bed's
+    slowdown annotation): within two epochs the job gets a split for 0.5 : 0.5 : 0.25; once the node
+    recovers, a split for 1 : 0.5 : 0.25 again."""
+    job = copy.deepcopy(demo_job())
+    job["metadata"]["name"] = "slowdown"
+    job["spec"]["epochs"] = 16
+    seen: dict[str, Any] = {}
+    plans: dict[int, list[int]] = {}
+    annotation = "testbed.heterotrain.io/slowdown"
+
+    def changed_after(status: dict[str, Any], epoch: int) -> dict[str, Any] | None:
+        return next(
+            (
+                r
+                for r in status.get("rebalances") or []
+                if r["reason"].startswith("worker speeds changed") and r["epoch"] > epoch
+            ),
+            None,
+        )
+
+    def watch(state: dict[str, Any]) -> None:
+        status = state.get("status") or {}
+        epoch = int((status.get("progress") or {}).get("epoch") or 0)
+        records = status.get("rebalances") or []
+        plan = status.get("plan") or {}
+        if plan.get("version"):
+            plans[int(plan["version"])] = list(plan.get("localBatches") or [])
+        if "slowed_at" not in seen:
+            settled = records and epoch >= 4 and epoch >= records[-1]["epoch"] + 2
+            if settled:
+                loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}=2", "--overwrite")
+                seen["slowed_at"] = epoch
+            return
+        if "slowed" not in seen:
+            if (record := changed_after(status, seen["slowed_at"])) is not None:
+                seen["slowed"] = record
+            return
+        if "recovered_at" not in seen and epoch >= seen["slowed"]["epoch"] + 1:
+            loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}-")
+            seen["recovered_at"] = epoch
+            return
+        recovered = changed_after(status, seen["recovered_at"]) if "recovered_at" in seen else None
+        if recovered is not None and "recovered" not in seen:
+            seen["recovered"] = recovered
+
+    try:
+        report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, watch)
+    finally:
+        loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}-", check=False)
+    print(f"slowdown: {json.dumps(seen)}")
+    assert report["phase"] == "Succeeded"
+    assert "slowed_at" in seen, "the split never settled"
+    assert "slowed" in seen, f"no new split after the slowdown at epoch {seen['slowed_at']}"
+    # The record's epoch is the one the split starts at: decided at the epoch before it.
+    assert seen["slowed"]["epoch"] - 1 <= seen["slowed_at"] + 2, "the new split came later than two epochs"
+    slowed = _share_ratios(plans[seen["slowed"]["toVersion"]])
+    assert slowed == pytest.approx((1.0, 2.0), rel=0.2), (
+        f"split for 0.5 : 0.5 : 0.25 expected, ratios {slowed}"
+    )
+    assert "recovered" in seen, f"no new split after the recovery at epoch {seen.get('recovered_at')}"
+    recovered = _share_ratios(plans[seen["recovered"]["toVersion"]])
+    assert recovered == pytest.approx((2.0, 2.0), rel=0.2), (
+        f"split for 1 : 0.5 : 0.25 expected, ratios {recovered}"
+    )

@@ -48,6 +48,22 @@ def test_a_segment_lasts_its_work_at_the_simulated_speed(clock: VirtualClock) ->
     assert simulator.overrun_seconds == 0.0 and simulator.target_seconds == pytest.approx(0.08)
 
 
+def test_a_speed_file_changes_the_speed_while_the_worker_runs(
+    clock: VirtualClock, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(simulate.time, "monotonic", clock.perf_counter)
+    speed_file = tmp_path / "simulated-speed"
+    speed_file.write_text("0.25\n")
+    simulator = SpeedSimulator(0.25, speed_file)
+    assert simulator.finish(simulator.begin(), 0.02) == pytest.approx(0.08)
+    speed_file.write_text("0.125\n")  # the node slowed down by 2
+    clock.now += simulate.SPEED_FILE_REFRESH_SECONDS
+    assert simulator.finish(simulator.begin(), 0.02) == pytest.approx(0.16)
+    speed_file.write_text("nonsense")  # unreadable: the last speed holds
+    clock.now += simulate.SPEED_FILE_REFRESH_SECONDS
+    assert simulator.finish(simulator.begin(), 0.02) == pytest.approx(0.16)
+
+
 def test_extra_cpu_time_is_not_multiplied_by_the_slowdown(clock: VirtualClock) -> None:
     """The old rule (stretch CPU time ÷ speed) made 30 ms of compute last 120 ms at speed 0.25 whatever
     the work: any cold cache or busy host was multiplied by 4. The work, not the time taken, sets it."""

@@ -38,6 +38,7 @@ class WorkerEnv:
     backend: str = "auto"  # auto (nccl on CUDA, else gloo) | nccl | gloo
     annotations_file: Path | None = None
     pod_ip: str | None = None
+    simulated_speed_file: Path | None = None
 
     @property
     def init_method(self) -> str:
@@ -111,6 +112,7 @@ def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
     epochs_raw = environ.get(plan_contract.EPOCHS_ENV)
     result_file = environ.get(plan_contract.RESULT_FILE_ENV) or None
     annotations = environ.get(plan_contract.POD_ANNOTATIONS_FILE_ENV) or None
+    speed_file = environ.get(plan_contract.SIMULATED_SPEED_FILE_ENV) or None
     return WorkerEnv(
         rank=rank,
         world_size=world_size,
@@ -132,6 +134,7 @@ def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
         backend=_choice(environ, BACKEND_ENV, re.compile(r"^(auto|nccl|gloo)$"), "auto, nccl or gloo"),
         annotations_file=Path(annotations) if annotations else None,
         pod_ip=environ.get("POD_IP") or None,
+        simulated_speed_file=Path(speed_file) if speed_file else None,
     )
 
 

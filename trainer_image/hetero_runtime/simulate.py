@@ -19,10 +19,24 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_REPEATS = 5
+
+
+def read_speed(path: Path, current: float) -> float:
+    """The speed a speed file holds, in (0, 1]; `current` while the file is missing or unreadable."""
+    try:
+        value = float(path.read_text().strip())
+    except (OSError, ValueError):
+        return current
+    if not 0 < value <= 1:
+        return current
+    if value != current:
+        log.warning("SIMULATION: simulated speed now %.3g (was %.3g)", value, current)
+    return value
 
 
 def stretched_seconds(full_speed_seconds: float, speed: float) -> float:
@@ -35,14 +49,28 @@ class Stopwatch:
     wall: float
 
 
+# How often a speed file is looked at again.
+SPEED_FILE_REFRESH_SECONDS = 0.5
+
+
 class SpeedSimulator:
-    def __init__(self, speed: float | None) -> None:
-        self.speed = 1.0 if speed is None else speed
+    def __init__(self, speed: float | None, speed_file: Path | None = None) -> None:
+        self._speed = 1.0 if speed is None else speed
         # With a speed set (1 included) every segment is paced to the calibrated base device, so the
         # fastest simulated GPU is the same device for every rank and never faster than calibrated.
         self.active = speed is not None
         self.overrun_seconds = 0.0  # wall time beyond the targets, summed: speed not met
         self.target_seconds = 0.0  # the targets, summed
+        # A GPU that slows down while it runs (a noisy neighbour): its current speed is in this file.
+        self.speed_file = speed_file if self.active else None
+        self._read_at = -SPEED_FILE_REFRESH_SECONDS
+
+    @property
+    def speed(self) -> float:
+        if self.speed_file is not None and time.monotonic() - self._read_at >= SPEED_FILE_REFRESH_SECONDS:
+            self._read_at = time.monotonic()
+            self._speed = read_speed(self.speed_file, self._speed)
+        return self._speed
 
     def announce(self, rank: int) -> None:
         if self.active:

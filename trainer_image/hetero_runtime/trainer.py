@@ -122,7 +122,7 @@ class Trainer:
         model = ctx_parts["model"]
         model.to(placement.device)  # in place: the optimizer's parameters are the same objects
         metrics = WorkerMetrics(env.job_name, env.rank, env.gpu_class)
-        simulator = SpeedSimulator(env.simulated_speed)
+        simulator = SpeedSimulator(env.simulated_speed, env.simulated_speed_file)
         metrics.set_simulated_speed(simulator.speed)
         self.ctx = WorkerContext(
             env=env,

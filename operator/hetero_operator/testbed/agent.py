@@ -28,16 +28,19 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from hetero_operator.plan import SIMULATED_SPEED_FILE_ENV
 from hetero_operator.testbed import pod_status, pod_volumes, processes
 from hetero_operator.testbed.container_node import ContainerNode
 from hetero_operator.testbed.containers import ContainerConfigError
 from hetero_operator.testbed.local_pods import (
     PodNotReadyToStart,
     dns_names,
+    node_slowdown,
     nth_pod_ip,
     pod_env,
     process_plan,
     speed_for_node,
+    write_speed,
 )
 from hetero_operator.testbed.node_heartbeat import NodeHeartbeat
 from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, LOCAL_RUNTIME_LABEL
@@ -70,6 +73,9 @@ class RunningPod:
     reported_running: bool = False
     retry_at: float = 0.0  # a pod that cannot start yet is tried again from then on
     waiting: tuple[str, str] | None = None  # the reason and message last reported
+    node: str = ""
+    speed_file: Path | None = None  # a process pod's simulated speed, re-read by its worker
+    base_speed: float = 1.0  # its class's simulated speed, before its node's slowdown
 
 
 class Agent:
@@ -126,6 +132,7 @@ class Agent:
                 self.used_ips.add(pod.status.pod_ip)
         dns = self._dns(all_pods)
         node_labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes}
+        slowdowns = {n.metadata.name: node_slowdown(n.metadata.annotations or {}) for n in nodes}
         for pod in all_pods:
             try:
                 self._sync_pod(pod, dns, classes, node_labels)
@@ -135,6 +142,9 @@ class Agent:
         for uid in list(self.pods):
             if uid not in seen:  # deleted behind our back: make sure its process is gone
                 self._kill(self.pods.pop(uid))
+        for running in self.pods.values():
+            if running.speed_file is not None:
+                write_speed(running.speed_file, running.base_speed / slowdowns.get(running.node, 1.0))
 
     def _dns(self, pods: list[Any]) -> dict[str, str]:
         names: dict[str, str] = {}
@@ -238,6 +248,11 @@ class Agent:
                     pod_dict, running.ip, running.directory, volume_dirs, *stores, dns, speed, port_map
                 )
                 argv, process_env, cwd = plan.argv, plan.env, plan.cwd
+                if speed is not None:
+                    running.node, running.base_speed = pod.spec.node_name, speed
+                    running.speed_file = running.directory / "simulated-speed"
+                    write_speed(running.speed_file, speed)
+                    process_env = {**process_env, SIMULATED_SPEED_FILE_ENV: str(running.speed_file)}
         except PodNotReadyToStart as why:
             log.info("pod %s/%s waits: %s", running.namespace, running.name, why)
             return

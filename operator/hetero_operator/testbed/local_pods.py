@@ -68,6 +68,29 @@ def dns_names(pod: Mapping[str, Any]) -> list[str]:
     ]
 
 
+# A node annotation that slows a local process node's simulated GPU down by this factor while its
+# pods run (a noisy neighbour, throttling): `kubectl annotate node N testbed.heterotrain.io/slowdown=2`.
+SLOWDOWN_ANNOTATION = "testbed.heterotrain.io/slowdown"
+
+
+def node_slowdown(annotations: Mapping[str, str]) -> float:
+    """The node's slowdown factor (>= 1; 1 when unset or not a number >= 1)."""
+    try:
+        factor = float(annotations.get(SLOWDOWN_ANNOTATION, "1"))
+    except ValueError:
+        return 1.0
+    return factor if factor >= 1.0 else 1.0
+
+
+def write_speed(path: Path, speed: float) -> None:
+    """Write a pod's current simulated speed where its worker reads it (only when it changed)."""
+    text = f"{speed:.6g}\n"
+    if not path.exists() or path.read_text() != text:
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(text)
+        temporary.replace(path)  # atomic: a worker never reads half a number
+
+
 def speed_for_node(node_labels: Mapping[str, str], gpu_classes: Sequence[Mapping[str, Any]]) -> float | None:
     """Simulated speed of a node: its GPUClass's relativeSpeed over the fastest class's (so in (0, 1])."""
     speeds = [float(c.get("spec", {}).get("relativeSpeed", 0) or 0) for c in gpu_classes]
