@@ -52,6 +52,29 @@ def speedup_vs_even(rows: Sequence[EpochRow], steady_epochs: int = 3) -> float |
     return statistics.median(later[-steady_epochs:]) / max(even)
 
 
+def control_comparison(
+    rows: Sequence[EpochRow], control: Sequence[EpochRow], speeds: Sequence[float], steady_epochs: int = 3
+) -> dict[str, Any]:
+    """The job against its control run (the same job, rebalancing off, on the same nodes): each epoch's
+    samples/s over the control's steady state, and the ideal for the measured speeds (every worker
+    busy all step, against the even split, which waits for the slowest): sum(v) / (n * min(v))."""
+    steady = statistics.median([r.samples_per_second for r in control][-steady_epochs:]) if control else 0.0
+    ideal = sum(speeds) / (len(speeds) * min(speeds)) if speeds and min(speeds) > 0 else None
+    per_epoch = [r.samples_per_second / steady if steady > 0 else None for r in rows]
+    later = [x for x in per_epoch[-steady_epochs:] if x is not None]
+    speedup = statistics.median(later) if later else None
+    return {
+        "samples_per_second": [round(r.samples_per_second, 2) for r in control],
+        "steady_samples_per_second": round(steady, 2),
+        "measured_speeds": [round(v, 2) for v in speeds],
+        "ideal_speedup": ideal,
+        "speedup_per_epoch": per_epoch,
+        "speedup": speedup,
+        "of_ideal": speedup / ideal if speedup is not None and ideal else None,
+        "of_ideal_per_epoch": [x / ideal if x is not None and ideal else None for x in per_epoch],
+    }
+
+
 def build_report(rows: Sequence[EpochRow], rebalances: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     final = next((r.accuracy for r in reversed(rows) if r.accuracy is not None), None)
     return {

@@ -7,6 +7,7 @@ throughput and rebalances; at the end a report and a plot go to `demo-output/`.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -25,8 +26,9 @@ from rich.panel import Panel
 from rich.table import Table
 
 from hetero_operator import metric_names as names
-from hetero_operator.demo.report import build_report, epoch_rows, plot
+from hetero_operator.demo.report import EpochRow, build_report, control_comparison, epoch_rows, plot
 from hetero_operator.plan import PROGRESS_PREFIX
+from hetero_operator.rebalance import promql
 from hetero_operator.testbed import processes
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
@@ -45,6 +47,8 @@ class DemoSettings:
     root: Path | None = None
     # Credentials of the operator (default: the test bed's admin), e.g. a ServiceAccount's token.
     operator_kubeconfig: Path | None = None
+    # Epochs of the control run before the job (the same job with rebalancing off); 0: none.
+    control_epochs: int = 4
 
 
 def demo_job() -> dict[str, Any]:
@@ -164,6 +168,61 @@ def prepare(testbed: Testbed, job: dict[str, Any]) -> None:
     testbed.kubectl("delete", "htj", name, "-n", namespace, "--ignore-not-found", "--wait=true")
 
 
+@dataclass
+class Followed:
+    """A job followed to its end: its last state, its plans' splits by version, its epochs."""
+
+    state: dict[str, Any]
+    plans: dict[int, list[int]]
+    rows: list[EpochRow]
+
+
+def follow(
+    testbed: Testbed,
+    job: dict[str, Any],
+    console: Console,
+    timeout_seconds: float,
+    on_tick: Callable[[dict[str, Any]], None] | None = None,
+) -> Followed:
+    """Submit `job` and show it live until it ends (or the timeout)."""
+    name = job["metadata"]["name"]
+    testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
+    plans: dict[int, list[int]] = {}
+    started = time.monotonic()
+    state: dict[str, Any] = {}
+    with Live(console=console, refresh_per_second=2) as live:
+        while time.monotonic() - started < timeout_seconds:
+            state = _job(testbed, name)
+            plan = (state.get("status") or {}).get("plan") or {}
+            if plan.get("version"):
+                plans[int(plan["version"])] = list(plan.get("localBatches") or [])
+            if on_tick is not None:
+                on_tick(state)
+            rates = _worker_rates(testbed.prometheus_url, name)
+            live.update(Panel(_view(state, rates, time.monotonic() - started), title="heterotrain demo"))
+            if (state.get("status") or {}).get("phase") in TERMINAL:
+                break
+            time.sleep(1.0)
+    return Followed(state, plans, epoch_rows(_progress_lines(testbed, name), plans))
+
+
+def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """The same job on the same nodes with rebalancing off: the even split a user would otherwise run."""
+    control = copy.deepcopy(job)
+    control["metadata"]["name"] = f"{job['metadata']['name']}-control"
+    control["spec"]["epochs"] = epochs
+    control["spec"]["rebalance"] = {**control["spec"].get("rebalance", {}), "enabled": False}
+    return control
+
+
+def measured_speeds(prometheus: str, job: str, split: list[int]) -> list[float]:
+    """Each rank's samples per second of compute under the job's first plan, from Prometheus."""
+    query = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, 1))
+    body = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}, timeout=10).json()
+    compute = {int(r["metric"][names.LABEL_RANK]): float(r["value"][1]) for r in body["data"]["result"]}
+    return [split[rank] / compute[rank] for rank in range(len(split)) if compute.get(rank)]
+
+
 def run_demo(
     settings: DemoSettings,
     console: Console,
@@ -171,48 +230,39 @@ def run_demo(
     job: dict[str, Any] | None = None,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the job to the end (or the timeout) under a fresh operator; `on_tick` sees every poll."""
+    """Run the job to the end (or the timeout) under a fresh operator, after its control run (the
+    same job with rebalancing off) when `settings.control_epochs`; `on_tick` sees every poll."""
     owned = testbed is None
     testbed = testbed or Testbed(settings.root or cache_root() / "clusters" / "demo")
-    root = testbed.root
     output = settings.output
     output.mkdir(parents=True, exist_ok=True)
     job = job or demo_job()
-    name = job["metadata"]["name"]
+    control = control_job(job, settings.control_epochs) if settings.control_epochs else None
     with console.status("starting the test bed (the first run builds it: minutes)"):
         prepare(testbed, job)
+        if control is not None:
+            prepare(testbed, control)
     console.print(f"test bed up: API server {testbed.apiserver_url}, Prometheus {testbed.prometheus_url}")
-    plans: dict[int, list[int]] = {}
     report: dict[str, Any] = {}
     try:
-        with operator_process(testbed, root / "logs" / "operator.log", settings.operator_kubeconfig):
-            testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
-            started = time.monotonic()
-            state: dict[str, Any] = {}
-            with Live(console=console, refresh_per_second=2) as live:
-                while time.monotonic() - started < settings.timeout_seconds:
-                    state = _job(testbed, name)
-                    plan = (state.get("status") or {}).get("plan") or {}
-                    if plan.get("version"):
-                        plans[int(plan["version"])] = list(plan.get("localBatches") or [])
-                    if on_tick is not None:
-                        on_tick(state)
-                    rates = _worker_rates(testbed.prometheus_url, name)
-                    live.update(
-                        Panel(_view(state, rates, time.monotonic() - started), title="heterotrain demo")
-                    )
-                    if (state.get("status") or {}).get("phase") in TERMINAL:
-                        break
-                    time.sleep(1.0)
-            phase = (state.get("status") or {}).get("phase")
-            rows = epoch_rows(_progress_lines(testbed, name), plans)
-            report = build_report(rows, (state.get("status") or {}).get("rebalances") or [])
-            report["phase"] = phase
-            report["status"] = state.get("status") or {}
-            report["prometheus"] = testbed.prometheus_url
+        with operator_process(testbed, testbed.root / "logs" / "operator.log", settings.operator_kubeconfig):
+            compared = None
+            if control is not None:
+                console.print("control run: the same job with rebalancing off")
+                baseline = follow(testbed, control, console, settings.timeout_seconds)
+                speeds = measured_speeds(
+                    testbed.prometheus_url, control["metadata"]["name"], baseline.plans[1]
+                )
+                compared = (baseline.rows, speeds)
+            followed = follow(testbed, job, console, settings.timeout_seconds, on_tick)
+            status = followed.state.get("status") or {}
+            report = build_report(followed.rows, status.get("rebalances") or [])
+            if compared is not None:
+                report["control"] = control_comparison(followed.rows, *compared)
+            report.update(phase=status.get("phase"), status=status, prometheus=testbed.prometheus_url)
             (output / "report.json").write_text(json.dumps(report, indent=2))
-            if rows:
-                plot(rows, output / "throughput.png")
+            if followed.rows:
+                plot(followed.rows, output / "throughput.png")
     finally:
         if owned and not settings.keep_cluster:
             testbed.down()
@@ -237,6 +287,12 @@ def main(settings: DemoSettings | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     report = run_demo(settings, console)
     console.print(_report_table(report))
+    control = report.get("control") or {}
+    if control.get("speedup") and control.get("ideal_speedup"):
+        console.print(
+            f"against the control run (rebalancing off, same nodes): {control['speedup']:.2f}x, "
+            f"{control['of_ideal']:.0%} of the {control['ideal_speedup']:.2f}x the measured speeds allow"
+        )
     speedup = report.get("speedup_vs_even_epoch")
     accuracy = report.get("final_accuracy")
     console.print(

@@ -1,0 +1,28 @@
+"""The demo's report against its control run, from hand-made epochs."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetero_operator.demo.report import EpochRow, control_comparison
+
+
+def row(epoch: int, samples_per_second: float) -> EpochRow:
+    return EpochRow(epoch, 1, [1, 1, 1], samples_per_second, 1.0, None)
+
+
+def test_speed_up_over_the_control_and_the_ideal_of_the_measured_speeds() -> None:
+    control = [row(1, 800.0), row(2, 1000.0), row(3, 1000.0), row(4, 1100.0)]  # steady: median of last 3
+    job = [row(1, 900.0), row(2, 1500.0), row(3, 2000.0), row(4, 2100.0), row(5, 2200.0)]
+    compared = control_comparison(job, control, [400.0, 200.0, 100.0])
+    assert compared["steady_samples_per_second"] == 1000.0
+    assert compared["ideal_speedup"] == pytest.approx(700.0 / 300.0)  # sum(v) / (n * min v)
+    assert compared["speedup"] == pytest.approx(2.1)  # median of 2.0, 2.1, 2.2
+    assert compared["of_ideal"] == pytest.approx(2.1 / (7 / 3))
+    assert compared["speedup_per_epoch"][2] == pytest.approx(2.0)
+    assert compared["of_ideal_per_epoch"][2] == pytest.approx(2.0 / (7 / 3))
+
+
+def test_without_a_control_nothing_is_claimed() -> None:
+    compared = control_comparison([row(1, 900.0)], [], [])
+    assert compared["speedup"] is None and compared["ideal_speedup"] is None and compared["of_ideal"] is None
