@@ -12,6 +12,7 @@ from hetero_operator.testbed.containers import (
     RunSpec,
     command_args,
     namespace_hosts,
+    quantity_bytes,
     run_argv,
     volume_args,
 )
@@ -154,10 +155,20 @@ def test_memory_empty_dir_is_a_tmpfs_and_unsupported_volumes_are_named() -> None
     pod = worker_pod()
     pod["spec"]["volumes"][1] = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}
     args = volume_args(pod, pod["spec"]["containers"][0], DIRS)
-    assert "--mount=type=tmpfs,destination=/tmp,tmpfs-mode=1777,tmpfs-size=64Mi" in args
+    # The kernel's tmpfs takes a byte count, not a Kubernetes quantity: 64Mi = 64 * 2**20.
+    assert "--mount=type=tmpfs,destination=/tmp,tmpfs-mode=1777,tmpfs-size=67108864" in args
     pod["spec"]["volumes"][1] = {"name": "tmp", "hostPath": {"path": "/"}}
     with pytest.raises(ContainerConfigError, match=r"volume tmp \(hostPath\) is not supported"):
         volume_args(pod, pod["spec"]["containers"][0], DIRS)
+
+
+def test_size_limits_are_turned_into_bytes() -> None:
+    assert quantity_bytes("1Gi") == 2**30
+    assert quantity_bytes("1.5Gi") == 3 * 2**29
+    assert quantity_bytes("500M") == 500 * 10**6
+    assert quantity_bytes("2") == 2
+    with pytest.raises(ContainerConfigError, match="not a quantity"):
+        quantity_bytes("1GB")
 
 
 def test_a_container_without_image_cannot_start() -> None:

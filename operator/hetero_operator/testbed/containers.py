@@ -9,6 +9,8 @@ is its pod IP, and sibling pods' DNS names are written into its /etc/hosts.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,23 @@ def security_args(security: SecurityContext) -> list[str]:
     return args
 
 
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_UNITS = {
+    **{suffix: 1024**power for power, suffix in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
+    "m": 1e-3,
+}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes quantity ("1Gi", "500M", "2") in bytes, rounded up: tmpfs takes plain byte counts."""
+    match = _QUANTITY.match(quantity.strip())
+    if match is None:
+        raise ContainerConfigError("CreateContainerConfigError", f"sizeLimit {quantity!r} is not a quantity")
+    number, suffix = match.groups()
+    return max(1, math.ceil(float(number) * _UNITS[suffix or ""]))
+
+
 def volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], dirs: Mapping[str, Path]) -> list[str]:
     """Each volumeMount as a bind mount of its volume's host directory (ConfigMaps and Secrets
     read-only, as a kubelet mounts them) or, for an emptyDir in memory, a tmpfs."""
@@ -136,7 +155,8 @@ def volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], dirs: Mapp
         target = mount["mountPath"]
         empty_dir = volume.get("emptyDir")
         if empty_dir is not None and empty_dir.get("medium") == "Memory":
-            size = f",tmpfs-size={empty_dir['sizeLimit']}" if empty_dir.get("sizeLimit") else ""
+            limit = empty_dir.get("sizeLimit")
+            size = f",tmpfs-size={quantity_bytes(str(limit))}" if limit else ""
             args.append(f"--mount=type=tmpfs,destination={target},tmpfs-mode=1777{size}")
             continue
         if not any(kind in volume for kind in SUPPORTED_VOLUMES):
