@@ -237,20 +237,31 @@ class LocalJob:
                     reader.join(timeout=5)
                 self._close_logs()
                 return 0
-            failed = [code for code in codes if code not in (None, 0)]
+            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
             if failed:
                 self.stop()
+                rank, code = failed[0]
                 if self.restarts >= self.spec.max_restarts:
-                    return failed[0] or 1
+                    return code or 1
                 self.restarts += 1
                 log.warning(
-                    "a worker exited with %s; restart %d from the last checkpoint", failed[0], self.restarts
+                    "rank %d exited with %s; restart %d from the last checkpoint. Its log ends:\n%s",
+                    rank,
+                    code,
+                    self.restarts,
+                    self._log_tail(rank),
                 )
                 self._launch()
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"local job did not finish within {timeout_seconds:.0f}s")
             time.sleep(0.05)
+
+    def _log_tail(self, rank: int, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.spec.log_file(rank).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
 
     def stop(self) -> None:
         """Terminate every still-running worker of the current launch (SIGTERM, then SIGKILL)."""
