@@ -191,6 +191,10 @@ class Trainer:
         reports: list[EpochReport] = []
         try:
             stopped_at = self._epochs(strategy, plan, start_epoch, position, history, tracker, reports)
+            if env.world_size > 1:
+                # Rank 0 stops the strategy's side services (ESync's state service, HetPipe's parameter
+                # server) in close(): a slower rank may still be sending its last message to them.
+                dist.barrier()
         finally:
             strategy.close()
         result = TrainingResult(
