@@ -16,14 +16,22 @@ console = Console(stderr=True)
 
 
 def worker(
-    example: Annotated[
-        str, typer.Argument(help="Bundled example (digits, tiny_lm), module with main(), or script.py")
+    target: Annotated[
+        list[str],
+        typer.Argument(
+            help="Bundled example (digits, tiny_lm), module with main() or script.py; or, after --, a "
+            "command such as `-- python train.py ARGS`, run with torchrun's environment.",
+            show_default=False,
+        ),
     ],
 ) -> None:
     """Run one worker of a job; rank, world and plan location come from the environment."""
-    from hetero_runtime.worker import run_worker
+    from hetero_runtime.worker import exec_command, run_worker
 
-    run_worker(example)
+    if len(target) == 1:
+        run_worker(target[0])
+    else:
+        exec_command(target)
 
 
 def run_local(
@@ -96,5 +104,6 @@ def run_local(
 
 def register(app: typer.Typer) -> None:
     """Add the runtime commands to the top-level app."""
-    app.command("worker")(worker)
+    # Options after the command belong to it (`-- python train.py --epochs 3`), not to heterotrain.
+    app.command("worker", context_settings={"ignore_unknown_options": True})(worker)
     app.command("run-local")(run_local)
