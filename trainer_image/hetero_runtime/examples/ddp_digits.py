@@ -84,7 +84,12 @@ def main() -> None:
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=20, enabled=args.amp)
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(train, seed=0)
     loader = DataLoader(train, batch_size=args.batch_size // world, sampler=sampler)
-    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+    state = {
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "scaler": scaler,
+    }
     start = restore(state, args.checkpoint_dir, device)
     for epoch in range(start, args.epochs):
         sampler.set_epoch(epoch)

@@ -73,6 +73,9 @@ class HeteroDataLoader:
         self.sampler = UnevenBatchSampler(len(dataset), env.rank, env.seed if seed is None else seed)
         self.position = SamplerPosition(0, 0)
         self.record = RunRecord(env.rank, env.world_size)
+        # Read now, so that len(loader) and local_batch hold before the first epoch (a OneCycleLR
+        # built before the loop needs its steps per epoch); every epoch reads it again.
+        self.session.plan_for_epoch(0, batch_size)
 
     @property
     def epoch(self) -> int:

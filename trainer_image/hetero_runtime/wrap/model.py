@@ -42,11 +42,17 @@ class HeteroModel(nn.Module):
         if self.session.world_size > 1:
             broadcast_model(module)  # every rank starts from rank 0's weights, as DDP does
         self._queued = False
+        self._before_stand_in: list[torch.Tensor | None] | None = None
         self.synchronized_steps = 0
         for param in self.params:
             param.register_post_accumulate_grad_hook(self._on_gradient)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        share = self.session.step
+        if share is not None and share.local_batch == 0 and torch.is_grad_enabled():
+            # A stand-in step: keep the gradients as they are now (accumulated ones included), so the
+            # stand-in's own gradient can be taken out again after backward.
+            self._before_stand_in = [None if p.grad is None else p.grad.clone() for p in self.params]
         return self.module(*args, **kwargs)
 
     def _on_gradient(self, _param: torch.Tensor) -> None:
@@ -68,9 +74,7 @@ class HeteroModel(nn.Module):
         sync_start = time.perf_counter()
         local, sizes = self._weights(share)
         if local == 0:
-            for param in self.params:  # a stand-in batch: its gradient must not count, even if not finite
-                if param.grad is not None:
-                    param.grad.zero_()
+            self._drop_stand_in_gradient()
         result = synchronize_gradients(self.params, local, sum(sizes), 0.0, session.rank, session.world_size)
         comm = time.perf_counter() - sync_start
         self.synchronized_steps += 1
@@ -80,6 +84,18 @@ class HeteroModel(nn.Module):
         if all(math.isfinite(x) for x in norms):  # an fp16 overflow step says nothing about noise
             session.noise.update(estimate_noise(share.sizes, result.local_sq_norms, result.global_sq_norm))
         session.pending_timing = (compute, sync_start - started.wall, comm)
+
+    def _drop_stand_in_gradient(self) -> None:
+        """Back to the gradients from before the stand-in's forward (even a non-finite one goes)."""
+        saved = self._before_stand_in or [None] * len(self.params)
+        self._before_stand_in = None
+        for param, before in zip(self.params, saved, strict=True):
+            if param.grad is None:
+                continue
+            if before is None:
+                param.grad.zero_()
+            else:
+                param.grad.copy_(before)
 
     def _weights(self, share: StepShare | None) -> tuple[int, list[int]]:
         """This rank's count and every rank's, from the loader; without it, an even split (DDP's mean)."""
