@@ -23,6 +23,7 @@ from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.simulate import SpeedSimulator
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
+from hetero_runtime.wrap.buckets import bucket_layout
 from hetero_runtime.wrap.refusals import dataset_refusal, strategy_refusal
 
 POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
@@ -112,6 +113,12 @@ def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_pa
     assert done.returncode != 0
     assert "runs strategy 'dreamddp'" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
     assert not marker.exists()
+
+
+def test_buckets_take_the_last_parameters_first_and_keep_large_ones_whole() -> None:
+    assert bucket_layout([4, 3, 2, 1], cap=4) == [[3, 2], [1], [0]]
+    assert bucket_layout([10, 1], cap=4) == [[1], [0]]  # a parameter above the cap has its own
+    assert bucket_layout([1, 1, 1], cap=100) == [[2, 1, 0]]
 
 
 # --- heterotrain.Checkpoint, one process (no process group needed) --------------------------------

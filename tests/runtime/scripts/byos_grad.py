@@ -38,7 +38,9 @@ def flat(model: nn.Module) -> torch.Tensor:
 
 
 whole = reference_gradient(inputs, targets)
-model = heterotrain.HeteroModel(net)
+# Two buckets (the last three parameters, then the first), each measuring the noise every step.
+model = heterotrain.HeteroModel(net, noise_every=1, bucket_cap_elements=200)
+assert model.reduce.layout == [[3, 2, 1], [0]], model.reduce.layout
 loader = heterotrain.HeteroDataLoader(TensorDataset(inputs, targets), batch_size=70)
 report = {"planned_batch": loader.local_batch, "gradient_scale": float(whole.abs().max())}
 for epoch, accumulate in ((0, False), (1, True)):
@@ -61,5 +63,6 @@ for epoch, accumulate in ((0, False), (1, True)):
         diff = torch.maximum((grads[0] - first_step).abs().max(), (grads[1] - last_step).abs().max())
     report[f"epoch_{epoch}"] = {"batch_lengths": lengths, "max_abs_diff": float(diff)}
 report["synchronized_steps"] = model.synchronized_steps
+report["noise_measured"] = session.noise.estimate is not None
 Path(os.environ["OUT_DIR"], f"rank-{session.rank}.json").write_text(json.dumps(report))
 heterotrain.close()

@@ -100,6 +100,9 @@ class HeteroDataLoader:
         return self.sampler.steps_in_epoch(SamplerPosition(self.epoch, 0), self.plan.local_batches)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.position.consumed >= len(self.dataset):
+            # The script left the last epoch right after its last batch: that epoch is over.
+            self.position = SamplerPosition(self.position.epoch + 1, 0)
         session, epoch = self.session, self.position.epoch
         plan = session.plan_for_epoch(epoch, self.batch_size)
         self.record.plan_applied(epoch, plan.version)
