@@ -83,7 +83,7 @@ class BucketedAllReduce:
             buffer.zero_()
         else:
             if self.measure:
-                square = buffer.square().sum()
+                square = buffer.dot(buffer)  # |g|² without a temporary the size of the bucket
                 self.local_sq = square if self.local_sq is None else self.local_sq + square
             buffer.mul_(self.weight)
         work = dist.all_reduce(buffer, async_op=True) if self.world > 1 else None
@@ -109,7 +109,7 @@ class BucketedAllReduce:
                     param.grad.copy_(grad)
                 offset += param.numel()
             if self.measure:
-                global_sq += float(buffer.square().sum())
+                global_sq += float(buffer.dot(buffer))
         norms = self._gather_norms(global_sq) if self.measure else None
         self._reset()
         return norms
