@@ -1,8 +1,8 @@
 """The cost of keeping your own loop: heterotrain's HeteroModel and HeteroDataLoader against plain
 DistributedDataParallel with a DistributedSampler, on an even split, same script, same run, same
-ranks, alternating in rounds. Overhead = the median over rounds of (wrapped median step ÷ plain
-median step of that round) − 1, target ≤ 3%: pairing each round's two blocks in time keeps a busy
-host's drift out of the ratio. The host's load average is recorded beside it.
+ranks, one step of each in turn. Overhead = the median over rounds of (wrapped median step ÷ plain
+median step of that round) − 1, target ≤ 3%: interleaving the steps keeps a busy host's drift out of
+the ratio. The host's load average is recorded beside it.
 
     python bench/byos_overhead.py [--workers 2] [--width 1024] [--global-batch 256] [--rounds 20]
                                   [--steps 10] [--out FILE]

@@ -1,6 +1,6 @@
 """One rank of bench/byos_overhead.py: the same training step, alternately under plain
 DistributedDataParallel with a DistributedSampler and under heterotrain's HeteroModel and
-HeteroDataLoader on an even split, in rounds, so drift of a busy host touches both alike."""
+HeteroDataLoader on an even split, one step of each in turn."""
 
 from __future__ import annotations
 
@@ -51,35 +51,32 @@ def endless(loader: Any) -> Iterator[Any]:
         yield from loader
 
 
-def timed_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[Any]) -> list[float]:
-    """STEPS steps as the user's loop runs them: fetch, forward, backward (and sync), step."""
-    times = []
-    for _ in range(STEPS):
-        started = time.perf_counter()
-        x, y = next(batches)
-        optimizer.zero_grad()
-        functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-        times.append(time.perf_counter() - started)
-    return times
+def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[Any]) -> float:
+    """One step as the user's loop runs it: fetch, forward, backward (and sync), optimizer step."""
+    started = time.perf_counter()
+    x, y = next(batches)
+    optimizer.zero_grad()
+    functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    return time.perf_counter() - started
 
 
 batches = {"plain": endless(plain_loader), "wrapped": endless(wrapped_loader)}
-plain_times: list[float] = []
-wrapped_times: list[float] = []
-round_ratios: list[float] = []  # wrapped ÷ plain median step of each round: paired in time
+variants = {"plain": (plain, plain_optimizer), "wrapped": (wrapped, wrapped_optimizer)}
+times: dict[str, list[float]] = {"plain": [], "wrapped": []}
+round_ratios: list[float] = []  # wrapped ÷ plain median step of each round
 for round_index in range(ROUNDS + 1):  # round 0 warms both up and is not counted
-    order = [("plain", plain, plain_optimizer), ("wrapped", wrapped, wrapped_optimizer)]
-    if round_index % 2:
-        order.reverse()
-    medians = {}
-    for name, model, optimizer in order:
-        times = timed_steps(model, optimizer, batches[name])
-        medians[name] = statistics.median(times)
-        if round_index > 0:
-            (plain_times if name == "plain" else wrapped_times).extend(times)
+    in_round: dict[str, list[float]] = {"plain": [], "wrapped": []}
+    for step in range(STEPS):
+        # Step by step, in alternating order: a busy host's drift touches both alike.
+        for name in ("plain", "wrapped") if step % 2 == 0 else ("wrapped", "plain"):
+            model, optimizer = variants[name]
+            in_round[name].append(timed_step(model, optimizer, batches[name]))
     if round_index > 0:
-        round_ratios.append(medians["wrapped"] / medians["plain"])
+        for name, measured in in_round.items():
+            times[name].extend(measured)
+        round_ratios.append(statistics.median(in_round["wrapped"]) / statistics.median(in_round["plain"]))
+plain_times, wrapped_times = times["plain"], times["wrapped"]
 
 if session.rank == 0:
     Path(os.environ["BENCH_OUT"]).write_text(

@@ -16,6 +16,8 @@ Each rank gets the batch size the plan gives it (re-split at epoch boundaries wh
 arrives); after each backward pass `.grad` holds the gradient of the whole global batch.
 """
 
+import torch
+
 from hetero_runtime.wrap.checkpoint import Checkpoint
 from hetero_runtime.wrap.loader import HeteroDataLoader
 from hetero_runtime.wrap.model import HeteroModel
@@ -34,6 +36,6 @@ __all__ = [
 ]
 
 
-def device() -> object:
+def device() -> torch.device:
     """This worker's device (its GPU when it has one): where HeteroModel put the model."""
     return current_session().device

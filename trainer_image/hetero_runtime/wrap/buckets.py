@@ -3,7 +3,7 @@ backward is still running, as DDP overlaps its own: a bucket leaves as soon as a
 are accumulated, and the buckets leave in one fixed order on every rank, so the collectives match.
 
 The gradient noise scale needs |g_i|² of each rank and |g|² of the sum: on the steps that measure it,
-the buckets add up the squares on their way and one small all-reduce gathers the ranks' norms.
+the buckets add up the squares on their way and the last bucket carries the ranks' norms along.
 """
 
 from __future__ import annotations
@@ -86,6 +86,12 @@ class BucketedAllReduce:
                 square = buffer.dot(buffer)  # |g|² without a temporary the size of the bucket
                 self.local_sq = square if self.local_sq is None else self.local_sq + square
             buffer.mul_(self.weight)
+        if self.measure and bucket == len(self.layout) - 1:
+            # Every rank's |g_i|² rides in the last bucket: no collective of its own.
+            norms = torch.zeros(self.world, dtype=buffer.dtype, device=buffer.device)
+            if self.local_sq is not None:
+                norms[self.rank] = self.local_sq
+            buffer = torch.cat([buffer, norms])
         work = dist.all_reduce(buffer, async_op=True) if self.world > 1 else None
         self.in_flight.append((bucket, work, buffer))
         self.next_bucket = bucket + 1
@@ -96,9 +102,13 @@ class BucketedAllReduce:
         while self.next_bucket < len(self.layout):
             self._send(self.next_bucket)
         global_sq = 0.0
+        local_sq: list[float] = []
         for bucket, work, buffer in self.in_flight:
             if work is not None:
                 work.wait()
+            if self.measure and bucket == len(self.layout) - 1:
+                local_sq = buffer[-self.world :].tolist()
+                buffer = buffer[: -self.world]
             offset = 0
             for index in self.layout[bucket]:
                 param = self.params[index]
@@ -110,15 +120,6 @@ class BucketedAllReduce:
                 offset += param.numel()
             if self.measure:
                 global_sq += float(buffer.dot(buffer))
-        norms = self._gather_norms(global_sq) if self.measure else None
+        norms = Norms(local_sq, global_sq) if self.measure else None
         self._reset()
         return norms
-
-    def _gather_norms(self, global_sq: float) -> Norms:
-        device = self.params[0].device
-        local = torch.zeros(self.world, dtype=torch.float64, device=device)
-        if self.local_sq is not None:
-            local[self.rank] = self.local_sq.double()
-        if self.world > 1:
-            dist.all_reduce(local)
-        return Norms(local.tolist(), global_sq)
