@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.runtime.jobs import SPEEDS, write_plan_atomically
+from tests.runtime.jobs import SPEEDS, read_logs, write_plan_atomically
 from tests.runtime.spawn import run_ranks
 
 import hetero_runtime.examples.ddp_digits as plain_example
@@ -124,6 +124,8 @@ def test_plan_changes_between_epochs_without_a_restart(ported: LocalJob) -> None
     # Every sample of every epoch is trained on exactly once, over the ranks.
     assert all(sum(r["epochs"][e]["samples"] for r in results) == TRAIN_SAMPLES for e in range(EPOCHS))
     assert all("gradient_noise_scale" in epoch["extra"] for epoch in results[0]["epochs"])
+    logs = read_logs(ported)
+    assert "SIMULATION: rank 2 runs at simulated speed 0.25" in logs
     # The slow ranks take smaller shares: per sample, each rank's share follows the plan.
     assert (
         results[0]["epochs"][0]["samples"]
