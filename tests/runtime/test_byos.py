@@ -172,3 +172,19 @@ def test_uneven_local_batches_give_the_full_batch_gradient(tmp_path: Path) -> No
             assert result[epoch]["max_abs_diff"] < tolerance, (epoch, result)
     # The one-sample last step falls to rank 0; ranks 1 and 2 compute on a stand-in sample.
     assert [r["epoch_0"]["batch_lengths"] for r in results] == [[40, 1], [21, 1], [9, 1]]
+
+
+def test_run_local_runs_a_script_of_your_own(tmp_path: Path) -> None:
+    command = ["run-local", "--workers", "2", "--speeds", "1,0.5", "--work-dir", str(tmp_path)]
+    script = ["--", sys.executable, PORTED, "--epochs", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "hetero_operator", *command, *script],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / "results" / f"rank-{r}.json").read_text()) for r in range(2)]
+    # The speeds' proportional split of 64 (2:1), as the plan run-local writes gives it.
+    assert [r["epochs"][0]["local_batch"] for r in results] == [43, 21]
+    assert sum(r["epochs"][0]["samples"] for r in results) == TRAIN_SAMPLES
