@@ -85,7 +85,7 @@ def test_wrapping_before_init_names_the_missing_call() -> None:
         Checkpoint(epochs=3)
 
 
-def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_path: Path) -> None:
+def dreamddp_plan_file(directory: Path) -> Path:
     plan = Plan(
         version=4,
         strategy=Strategy.DREAMDDP,
@@ -94,7 +94,31 @@ def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_pa
         local_batches=[8],
         dreamddp=DreamDDPParams(period=3),
     )
-    (tmp_path / "plan.json").write_text(plan.to_json())
+    (directory / "plan.json").write_text(plan.to_json())
+    return directory / "plan.json"
+
+
+def test_init_refuses_a_non_data_plan_even_without_a_loader(tmp_path: Path) -> None:
+    """A script run some other way than `heterotrain worker --` (plain python, torchrun)."""
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "HETEROTRAIN_PLAN_SOURCE": str(dreamddp_plan_file(tmp_path)),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import hetero_runtime.wrap as heterotrain; heterotrain.init()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "WrapperError" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
+
+
+def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_path: Path) -> None:
+    dreamddp_plan_file(tmp_path)
     marker = tmp_path / "ran"
     env = {
         **os.environ,

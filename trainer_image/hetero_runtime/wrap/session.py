@@ -19,7 +19,7 @@ from hetero_runtime.device import Placement, place_worker
 from hetero_runtime.gns import NoiseTracker
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.metrics import WorkerMetrics
-from hetero_runtime.plan_client import PlanTracker, plan_source_from_spec
+from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source_from_spec
 from hetero_runtime.simulate import SpeedSimulator, Stopwatch
 from hetero_runtime.trainer import default_plan
 from hetero_runtime.wrap.refusals import strategy_refusal
@@ -147,8 +147,22 @@ def init(env: WorkerEnv | None = None) -> Session:
     tracker = None
     if env.rank == 0 and env.plan_source is not None:
         tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
+    refusal = broadcast_object(starting_refusal(tracker), env.world_size)
+    if refusal is not None:
+        raise WrapperError(refusal)
     _session = Session(env, placement, metrics, simulator, tracker)
     return _session
+
+
+def starting_refusal(tracker: PlanTracker | None) -> str | None:
+    """Refuse at once a plan this loop cannot run, even if the script never builds a loader."""
+    if tracker is None or tracker.source is None:
+        return None
+    try:
+        plan = Plan.from_json(tracker.source.read())
+    except (PlanSourceError, ValueError):
+        return None  # unreadable now: the loader reads it again at every epoch
+    return strategy_refusal(plan)
 
 
 def current_session() -> Session:
