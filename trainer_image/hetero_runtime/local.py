@@ -22,6 +22,7 @@ from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams,
 from hetero_operator.planner.batch import proportional_split
 from hetero_runtime.launcher import DEVICE_ENV
 from hetero_runtime.progress import parse_progress
+from hetero_runtime.torchrun_env import LOCAL_WORLD_SIZE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,9 @@ class LocalJobSpec:
     master_addr: str = "127.0.0.1"
     launch_prefixes: list[list[str]] | None = None
     """Per rank, a command prefix (e.g. `ip netns exec NS`) to run the worker in another network."""
+    command: list[str] | None = None
+    """A training script's command (`python train.py ARGS`) run as `heterotrain worker -- COMMAND`
+    runs it, with torchrun's environment; `target` then only names the job."""
 
     @property
     def workers(self) -> int:
@@ -157,6 +161,7 @@ def worker_environment(spec: LocalJobSpec, rank: int, port: int) -> dict[str, st
             # All ranks share this host: rank r takes GPU r when asked to use GPUs. By default they
             # stand in for GPUs on the CPU (several ranks on one GPU cannot use NCCL).
             contract.LOCAL_RANK_ENV: str(rank),
+            LOCAL_WORLD_SIZE_ENV: str(spec.workers),
             DEVICE_ENV: os.environ.get(DEVICE_ENV, "cpu"),
         }
     )
@@ -166,6 +171,11 @@ def worker_environment(spec: LocalJobSpec, rank: int, port: int) -> dict[str, st
         env[names.METRICS_PORT_ENV] = str(spec.metrics_ports[rank])
     env.update(spec.extra_env)
     return env
+
+
+def worker_command(spec: LocalJobSpec) -> list[str]:
+    runtime = [sys.executable, "-m", "hetero_runtime.worker"]
+    return [*runtime, "--", *spec.command] if spec.command else [*runtime, spec.target]
 
 
 class LocalJob:
@@ -202,7 +212,7 @@ class LocalJob:
             self._logs.append(log_handle)
             prefix = self.spec.launch_prefixes[rank] if self.spec.launch_prefixes else []
             process = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "hetero_runtime.worker", self.spec.target],
+                [*prefix, *worker_command(self.spec)],
                 env=worker_environment(self.spec, rank, port),
                 stdout=subprocess.PIPE,
                 stderr=log_handle,

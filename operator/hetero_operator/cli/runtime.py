@@ -16,19 +16,32 @@ console = Console(stderr=True)
 
 
 def worker(
-    example: Annotated[
-        str, typer.Argument(help="Bundled example (digits, tiny_lm), module with main(), or script.py")
+    target: Annotated[
+        list[str],
+        typer.Argument(
+            help="Bundled example (digits, tiny_lm), module with main() or script.py; or, after --, a "
+            "command such as `-- python train.py ARGS`, run with torchrun's environment.",
+            show_default=False,
+        ),
     ],
 ) -> None:
     """Run one worker of a job; rank, world and plan location come from the environment."""
-    from hetero_runtime.worker import run_worker
+    from hetero_runtime.worker import exec_command, run_worker
 
-    run_worker(example)
+    if len(target) == 1:
+        run_worker(target[0])
+    else:
+        exec_command(target)
 
 
 def run_local(
-    example: Annotated[
-        str, typer.Argument(help="Bundled example (digits, tiny_lm), module with main(), or script.py")
+    target: Annotated[
+        list[str],
+        typer.Argument(
+            help="Bundled example (digits, tiny_lm), module with main() or script.py; or, after --, a "
+            "command such as `-- python train.py ARGS`, each worker started as `heterotrain worker --`.",
+            show_default=False,
+        ),
     ],
     workers: Annotated[int, typer.Option(min=1, help="Number of worker processes.")] = 3,
     speeds: Annotated[str, typer.Option(help="Simulated speed per worker, e.g. 1,0.5,0.25.")] = "",
@@ -49,6 +62,13 @@ def run_local(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--speeds") from None
     directory = work_dir or Path(tempfile.mkdtemp(prefix="heterotrain-local-"))
+    command = target if len(target) > 1 else None
+    example = Path(target[0]).name if command else target[0]
+    if command and strategy != Strategy.DATA:
+        raise typer.BadParameter(
+            "a training script of your own runs the data strategy only: drop --strategy",
+            param_hint="--strategy",
+        )
     costs = example_layer_costs(example) if strategy == Strategy.HETPIPE else None
     plan = initial_plan(strategy, speed_list, global_batch, layer_costs=costs)
     spec = LocalJobSpec(
@@ -58,6 +78,7 @@ def run_local(
         plan=plan,
         epochs=epochs,
         max_restarts=max_restarts,
+        command=command,
     )
     console.print(
         f"[bold]{example}[/]: {workers} workers, strategy [cyan]{strategy.value}[/], simulated speeds "
@@ -88,7 +109,7 @@ def run_local(
     if code != 0:
         console.print(f"[red]job failed[/] (exit {code}); worker logs in {directory / 'logs'}")
         raise typer.Exit(code)
-    final = job.results()[0]["final_evaluation"]
+    final = job.results()[0].get("final_evaluation", {})  # a script of the user's own evaluates itself
     console.print(
         f"[green]done[/]: {final} after {job.restarts} restart(s); results in {directory / 'results'}"
     )
@@ -96,5 +117,6 @@ def run_local(
 
 def register(app: typer.Typer) -> None:
     """Add the runtime commands to the top-level app."""
+    # After `--` every word is the command's (`-- python train.py --epochs 3`), options included.
     app.command("worker")(worker)
     app.command("run-local")(run_local)

@@ -1,0 +1,97 @@
+"""A training script of the user's own, live: the operator's pods run `heterotrain worker -- python
+SCRIPT` on three local process nodes of speeds 1, 0.5 and 0.25. The plain DDP script trains with an
+even split; its port trains with the plan the operator published (split by the classes' priors); the
+port under a non-data strategy fails with the message that names the fix."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.operator.live import OperatorProcess
+from tests.reliability.faults_cluster import Cluster, status
+from tests.reliability.faults_training import worker_run
+
+import hetero_runtime.examples.ddp_digits as plain_example
+import hetero_runtime.examples.ddp_digits_hetero as ported_example
+from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.nodes import load_node_list
+from hetero_operator.testbed.versions import REPO_ROOT
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
+
+DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """Three local process nodes of the demo's classes, and nothing else a job could land on."""
+    testbed = Testbed(tmp_path_factory.mktemp("own-script-bed"))
+    try:
+        testbed.up(load_node_list(DEMO_NODES))
+        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
+        yield testbed
+    finally:
+        testbed.down()
+
+
+def script_job(name: str, namespace: str, script: str, strategy: str = "data") -> dict[str, Any]:
+    # Process nodes run the pod's command on this host (the image is not pulled): this interpreter.
+    command = ["heterotrain", "worker", "--", sys.executable, script, "--epochs", str(EPOCHS)]
+    parallelism: dict[str, Any] = {"strategy": strategy}
+    return {
+        "apiVersion": "heterotrain.io/v1alpha1",
+        "kind": "HeteroTrainJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": "heterotrain/trainer:0.1.0",
+            "command": command,
+            "gpus": {"min": 3, "max": 3},
+            "gpuClasses": ["fast", "medium", "slow"],
+            "parallelism": parallelism,
+            "batch": {"global": 64},
+            "epochs": EPOCHS,
+            "restartPolicy": {"maxRestarts": 0, "backoffSeconds": 0},
+            "rebalance": {"enabled": False, "initialSplit": "prior"},
+        },
+    }
+
+
+def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> None:
+    namespace = f"own-{uuid.uuid4().hex[:6]}"
+    bed.kubectl("create", "namespace", namespace)
+    cluster = Cluster(str(bed.kubeconfig), namespace)
+    operator = OperatorProcess(bed, tmp_path / "operator.log")
+    operator.start()
+    try:
+        cluster.apply(script_job("plain", namespace, str(Path(plain_example.__file__))))
+        final = cluster.until(lambda s: s.phase("plain") in ("Succeeded", "Failed"), 300, "plain to end")
+        assert final.phase("plain") == "Succeeded", worker_run(bed, namespace, "plain", 0, 0)
+        cluster.apply(script_job("ported", namespace, str(Path(ported_example.__file__))))
+        final = cluster.until(lambda s: s.phase("ported") in ("Succeeded", "Failed"), 300, "ported to end")
+        assert final.phase("ported") == "Succeeded", worker_run(bed, namespace, "ported", 0, 0)
+        plan = status(final.jobs["ported"])["plan"]
+        dream = script_job("dream", namespace, str(Path(ported_example.__file__)), strategy="dreamddp")
+        cluster.apply(dream)
+        refused = cluster.until(lambda s: s.phase("dream") in ("Succeeded", "Failed"), 300, "dream to end")
+    finally:
+        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
+        operator.stop()
+    plain_log = worker_run(bed, namespace, "plain", 0, 0)
+    assert plain_log is not None and f"epoch {EPOCHS}: loss" in plain_log.log
+    # The port trained every epoch with rank 0's share of the operator's uneven plan.
+    assert len(set(plan["localBatches"])) > 1, plan
+    ported_run = worker_run(bed, namespace, "ported", 0, 0)
+    assert ported_run is not None
+    progress = ported_run.progress()
+    assert [line["epoch"] for line in progress] == list(range(1, EPOCHS + 1))
+    assert all(line["local_batch"] == plan["localBatches"][0] for line in progress)
+    assert all(line["plan_version"] == plan["version"] for line in progress)
+    assert refused.phase("dream") == "Failed"
+    dream_run = worker_run(bed, namespace, "dream", 0, 0)
+    assert dream_run is not None and "spec.parallelism.strategy: data" in dream_run.log

@@ -1,0 +1,219 @@
+"""The parts of bring-your-own-script that need no process group: torchrun's environment, refusals,
+and heterotrain.Checkpoint resuming a one-process loop mid-epoch to the uninterrupted run's state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional
+from torch.utils.data import IterableDataset, TensorDataset
+
+from hetero_operator.plan import DreamDDPParams, Plan, Strategy
+from hetero_runtime.device import Placement
+from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
+from hetero_runtime.metrics import WorkerMetrics
+from hetero_runtime.simulate import SpeedSimulator
+from hetero_runtime.torchrun_env import torchrun_environment
+from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
+from hetero_runtime.wrap.buckets import bucket_layout
+from hetero_runtime.wrap.refusals import dataset_refusal, strategy_refusal
+
+POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
+
+
+def test_a_pod_gets_torchruns_variables_for_one_worker_per_host() -> None:
+    variables = torchrun_environment(parse_worker_env(POD), POD)
+    assert variables["RANK"] == "3" and variables["WORLD_SIZE"] == "4"
+    assert variables["LOCAL_RANK"] == "0" and variables["LOCAL_WORLD_SIZE"] == "1"
+    assert variables["GROUP_RANK"] == "3" and variables["GROUP_WORLD_SIZE"] == "4"
+    assert variables["MASTER_ADDR"] == "job-0.job.ns.svc" and variables["MASTER_PORT"] == "29500"
+    assert "OMP_NUM_THREADS" not in variables  # one process per host: the script's threads are its own
+
+
+def test_workers_sharing_a_host_get_their_local_rank_and_one_thread() -> None:
+    environ = {**POD, "RANK": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4"}
+    variables = torchrun_environment(parse_worker_env(environ), environ)
+    assert variables["LOCAL_RANK"] == "2" and variables["GROUP_RANK"] == "0"
+    assert variables["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_local_rank_outside_the_host_is_refused_by_name() -> None:
+    environ = {**POD, "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}
+    with pytest.raises(WorkerEnvError, match="LOCAL_WORLD_SIZE=2 must be >= 1 and above LOCAL_RANK=2"):
+        torchrun_environment(parse_worker_env(environ), environ)
+
+
+def test_strategies_other_than_data_are_refused_with_the_fix() -> None:
+    data = Plan(version=1, world_size=2, global_batch=8, local_batches=[5, 3])
+    assert strategy_refusal(data) is None
+    dream = data.model_copy(update={"strategy": Strategy.DREAMDDP, "dreamddp": DreamDDPParams(period=3)})
+    message = strategy_refusal(dream)
+    assert message is not None
+    assert "'dreamddp'" in message and "spec.parallelism.strategy: data" in message
+    assert "TrainingJob" in message
+
+
+class Stream(IterableDataset[int]):
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(10))
+
+
+def test_datasets_the_sampler_cannot_split_are_refused_with_the_fix() -> None:
+    assert dataset_refusal(TensorDataset(torch.zeros(3))) is None
+    message = dataset_refusal(Stream())
+    assert message is not None and "Stream" in message and "map-style dataset" in message
+    empty = dataset_refusal(TensorDataset(torch.zeros(0)))
+    assert empty is not None and "empty" in empty
+    with pytest.raises(WrapperError, match="map-style dataset"):
+        HeteroDataLoader(Stream(), batch_size=4)
+
+
+def test_wrapping_before_init_names_the_missing_call() -> None:
+    with pytest.raises(WrapperError, match=r"init\(\) has not been called"):
+        HeteroDataLoader(TensorDataset(torch.zeros(3)), batch_size=4)
+    with pytest.raises(WrapperError, match="batch_size=0"):
+        HeteroDataLoader(TensorDataset(torch.zeros(3)), batch_size=0)
+    with pytest.raises(WrapperError, match=r"Checkpoint\(epochs=...\).*state_dict"):
+        Checkpoint(epochs=3)
+
+
+def dreamddp_plan_file(directory: Path) -> Path:
+    plan = Plan(
+        version=4,
+        strategy=Strategy.DREAMDDP,
+        world_size=1,
+        global_batch=8,
+        local_batches=[8],
+        dreamddp=DreamDDPParams(period=3),
+    )
+    (directory / "plan.json").write_text(plan.to_json())
+    return directory / "plan.json"
+
+
+def test_init_refuses_a_non_data_plan_even_without_a_loader(tmp_path: Path) -> None:
+    """A script run some other way than `heterotrain worker --` (plain python, torchrun)."""
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "HETEROTRAIN_PLAN_SOURCE": str(dreamddp_plan_file(tmp_path)),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import hetero_runtime.wrap as heterotrain; heterotrain.init()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "WrapperError" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
+
+
+def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_path: Path) -> None:
+    dreamddp_plan_file(tmp_path)
+    marker = tmp_path / "ran"
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "HETEROTRAIN_PLAN_SOURCE": str(tmp_path / "plan.json"),
+    }
+    script = f"open({str(marker)!r}, 'w')"
+    done = subprocess.run(
+        [sys.executable, "-m", "hetero_operator", "worker", "--", sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "runs strategy 'dreamddp'" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
+    assert not marker.exists()
+
+
+def test_buckets_take_the_last_parameters_first_and_keep_large_ones_whole() -> None:
+    assert bucket_layout([4, 3, 2, 1], cap=4) == [[3, 2], [1], [0]]
+    assert bucket_layout([10, 1], cap=4) == [[1], [0]]  # a parameter above the cap has its own
+    assert bucket_layout([1, 1, 1], cap=100) == [[2, 1, 0]]
+
+
+# --- heterotrain.Checkpoint, one process (no process group needed) --------------------------------
+
+EPOCHS = 3
+STOP_AFTER_STEPS = 5  # of epoch 1: the interrupted run saves there, mid-epoch
+
+
+def session(tmp_path: Path) -> Session:
+    env = parse_worker_env({"HETEROTRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt")})
+    return Session(
+        env, Placement(torch.device("cpu"), "gloo"), WorkerMetrics("t", 0, "cpu"), SpeedSimulator(None), None
+    )
+
+
+@dataclass
+class Script:
+    """A fresh script's objects: model, SGD with momentum, StepLR, a GradScaler and the loader."""
+
+    model: HeteroModel
+    optimizer: torch.optim.SGD
+    scheduler: torch.optim.lr_scheduler.StepLR
+    scaler: torch.amp.GradScaler
+    loader: HeteroDataLoader
+    checkpoint: Checkpoint
+
+
+def fresh_script(tmp_path: Path) -> Script:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(200, 8), torch.randint(0, 3, (200,)))
+    own = session(tmp_path)
+    model = HeteroModel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)), session=own)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=3)
+    loader = HeteroDataLoader(data, batch_size=16, session=own)
+    checkpoint = Checkpoint(
+        model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=loader, session=own
+    )
+    return Script(model, optimizer, scheduler, scaler, loader, checkpoint)
+
+
+def train(tmp_path: Path, stop_mid_epoch: bool) -> Script:
+    run = fresh_script(tmp_path)
+    run.checkpoint.restore()
+    while run.loader.epoch < EPOCHS:
+        for step, (x, y) in enumerate(run.loader):
+            run.optimizer.zero_grad()
+            run.scaler.scale(functional.cross_entropy(run.model(x), y)).backward()
+            run.scaler.unscale_(run.optimizer)
+            nn.utils.clip_grad_norm_(run.model.parameters(), max_norm=0.5)
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
+            if stop_mid_epoch and run.loader.epoch == 1 and step + 1 == STOP_AFTER_STEPS:
+                run.checkpoint.save()
+                return run
+        run.scheduler.step()
+    return run
+
+
+def test_checkpoint_resumes_mid_epoch_to_the_uninterrupted_state(tmp_path: Path) -> None:
+    straight = train(tmp_path / "straight", stop_mid_epoch=False)
+    train(tmp_path / "stopped", stop_mid_epoch=True)
+    saved = sorted(p.name for p in (tmp_path / "stopped" / "ckpt").iterdir())
+    assert saved == [f"checkpoint-epoch-000001-sample-{STOP_AFTER_STEPS * 16:09d}.pt"]
+    resumed = train(tmp_path / "stopped", stop_mid_epoch=False)
+    # The expectation is the uninterrupted run; its scaler grew and its scheduler decayed, so a state
+    # lost on restart would show.
+    assert straight.scaler.get_scale() > 2.0**8
+    assert resumed.scaler.get_scale() == straight.scaler.get_scale()
+    assert resumed.scheduler.get_last_lr() == straight.scheduler.get_last_lr() == [0.2 * 0.5**EPOCHS]
+    assert resumed.loader.position == straight.loader.position
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], tensor), name

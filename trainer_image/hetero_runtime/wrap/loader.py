@@ -1,0 +1,172 @@
+"""HeteroDataLoader: each rank's planned share of every global batch, re-split when a new plan arrives.
+
+It takes the place of a DistributedSampler and a DataLoader. `batch_size` is the global batch B,
+split over the ranks by the plan in force at the start of each epoch (evenly until a plan arrives);
+the order of an epoch depends only on (seed, epoch), so every rank agrees on it and a position
+(epoch, samples consumed) survives a restart under another plan. Collation, worker processes and
+pinned memory are PyTorch's own DataLoader's, fed with this rank's indices.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from hetero_operator.plan import Plan, Strategy
+from hetero_runtime.device import to_device
+from hetero_runtime.metrics import StepRecord
+from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
+from hetero_runtime.trainer import default_plan
+from hetero_runtime.wrap.refusals import dataset_refusal
+from hetero_runtime.wrap.report import EpochRecord, RunRecord
+from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
+
+STAND_IN_INDEX = 0
+"""A rank with no sample in a step (a short last batch split in proportion) still runs the step, so
+that the all-reduce meets every rank: it computes on this one sample and its gradient counts zero."""
+
+
+def rank_batches(
+    sampler: UnevenBatchSampler, position: SamplerPosition, local_batches: list[int]
+) -> tuple[list[list[int]], list[list[int]]]:
+    """This rank's indices per step (stand-ins where it has none) and every rank's counts per step."""
+    indices, sizes = [], []
+    for step in sampler.epoch(position, local_batches):
+        own = [int(i) for i in step.indices]
+        indices.append(own or [STAND_IN_INDEX])
+        sizes.append(step.sizes)
+    return indices, sizes
+
+
+class HeteroDataLoader:
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        *,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int = 0,
+        pin_memory: bool | None = None,
+        move_to_device: bool = True,
+        seed: int | None = None,
+        session: Session | None = None,
+    ) -> None:
+        refusal = dataset_refusal(dataset)
+        if refusal is not None:
+            raise WrapperError(refusal)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise WrapperError(
+                f"HeteroDataLoader(batch_size={batch_size!r}): give the global batch, a positive integer "
+                "(the sum of every rank's batch, not one rank's)"
+            )
+        self.session = session or current_session()
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn
+        self.num_workers = num_workers
+        self.pin_memory = self.session.placement.pin_memory if pin_memory is None else pin_memory
+        self.move_to_device = move_to_device
+        env = self.session.env
+        self.sampler = UnevenBatchSampler(len(dataset), env.rank, env.seed if seed is None else seed)
+        self.position = SamplerPosition(0, 0)
+        self.record = RunRecord(env.rank, env.world_size)
+        # Read now, so that len(loader) and local_batch hold before the first epoch (a OneCycleLR
+        # built before the loop needs its steps per epoch); every epoch reads it again.
+        self.session.plan_for_epoch(0, batch_size)
+
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Optional, as with a DistributedSampler: the loader counts epochs itself."""
+        if epoch != self.position.epoch:
+            self.position = SamplerPosition(epoch, 0)
+
+    @property
+    def plan(self) -> Plan:
+        return self.session.plan or default_plan(self.session.world_size, self.batch_size, Strategy.DATA)
+
+    @property
+    def local_batch(self) -> int:
+        """This rank's planned batch under the plan in force."""
+        return self.plan.local_batches[self.session.rank]
+
+    def __len__(self) -> int:
+        """Steps in the current epoch under the plan in force (the same on every rank)."""
+        return self.sampler.steps_in_epoch(SamplerPosition(self.epoch, 0), self.plan.local_batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.position.consumed >= len(self.dataset):
+            # The script left the last epoch right after its last batch: that epoch is over.
+            self.position = SamplerPosition(self.position.epoch + 1, 0)
+        session, epoch = self.session, self.position.epoch
+        plan = session.plan_for_epoch(epoch, self.batch_size)
+        self.record.plan_applied(epoch, plan.version)
+        session.metrics.set_epoch(epoch)
+        indices, sizes = rank_batches(self.sampler, self.position, plan.local_batches)
+        loader = DataLoader(
+            self.dataset,
+            batch_sampler=indices,
+            collate_fn=self.collate_fn,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+        )
+        started, samples, steps = time.perf_counter(), 0, 0
+        rank = session.rank
+        for step_sizes, batch in zip(sizes, loader, strict=True):
+            self._finish_step()
+            session.step = StepShare(step_sizes[rank], step_sizes)
+            session.step_started = session.simulator.begin()
+            # Counted as consumed once handed out: a checkpoint the script saves after this step's
+            # optimizer step resumes after it.
+            self.position = SamplerPosition(epoch, self.position.consumed + sum(step_sizes))
+            samples += step_sizes[rank]
+            steps += 1
+            yield to_device(batch, session.device, self.pin_memory) if self.move_to_device else batch
+        self._finish_step()
+        session.step = session.step_started = None
+        extra = {}
+        estimate = session.noise.estimate
+        if estimate is not None:
+            extra["gradient_noise_scale"] = estimate.noise_scale
+            session.metrics.set_noise_scale(estimate.noise_scale)
+        record = EpochRecord(
+            epoch,
+            plan.version,
+            plan.local_batches[rank],
+            samples,
+            steps,
+            time.perf_counter() - started,
+            extra,
+        )
+        self.position = SamplerPosition(epoch + 1, 0)
+        self.record.epoch_done(record, session.env.epochs, session.env.result_file)
+
+    def _finish_step(self) -> None:
+        """Export the measurements of the step just done, once its optimizer step is over too."""
+        session = self.session
+        if session.pending_timing is None or session.step is None or session.step_started is None:
+            return
+        compute, until_sync, comm = session.pending_timing
+        session.pending_timing = None
+        total = time.perf_counter() - session.step_started.wall
+        session.metrics.record_step(StepRecord(compute, until_sync, comm, total, session.step.local_batch))
+
+    def state_dict(self) -> dict[str, Any]:
+        plan = self.session.plan
+        return {
+            "epoch": self.position.epoch,
+            "consumed": self.position.consumed,
+            "plan": plan.to_json() if plan is not None else None,
+            "plan_history": [list(item) for item in self.record.plan_history],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = SamplerPosition(int(state["epoch"]), int(state["consumed"]))
+        if state.get("plan"):
+            self.session.restore_plan(Plan.from_json(state["plan"]))
+        self.record.plan_history = [(int(e), int(v)) for e, v in state.get("plan_history", [])]

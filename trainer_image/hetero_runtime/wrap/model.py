@@ -1,0 +1,110 @@
+"""HeteroModel: the user's model, whose gradients leave every backward pass already synchronised.
+
+By the end of each backward pass the gradients of all ranks are all-reduced with weights b_i/B (the
+data strategy's synchronisation, in buckets that overlap backward), so `.grad` holds the gradient of
+the whole global batch, as a single process would compute it, however unevenly the plan split that
+batch. The user's loop then unscales, clips and steps as it always did.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from hetero_runtime.gns import estimate_noise
+from hetero_runtime.strategies.base import broadcast_model, synchronize, trainable
+from hetero_runtime.wrap.buckets import BUCKET_CAP_ELEMENTS, BucketedAllReduce
+from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
+
+
+class HeteroModel(nn.Module):
+    """Wrap the model as a DDP script wraps it in DistributedDataParallel; build the optimizer on
+    either this wrapper's parameters or the model's (they are the same tensors).
+
+    The loss must be a mean over the local batch (as under DDP): the weights b_i/B turn the ranks'
+    means into the mean over the global batch. The gradient noise scale is measured every
+    `noise_every` steps (its squared norms cost passes over the gradients)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        session: Session | None = None,
+        noise_every: int = 4,
+        bucket_cap_elements: int = BUCKET_CAP_ELEMENTS,
+    ) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise WrapperError(f"HeteroModel(module=...): expected a torch.nn.Module, got {type(module)!r}")
+        if noise_every < 1:
+            raise WrapperError(f"HeteroModel(noise_every={noise_every}): give a step count >= 1")
+        self.session = session or current_session()
+        module.to(self.session.device)  # in place: an optimizer built already keeps its parameters
+        self.module = module
+        self.params = trainable(module)
+        if not self.params:
+            raise WrapperError("HeteroModel(module=...): the model has no parameter that requires a gradient")
+        if self.session.world_size > 1:
+            broadcast_model(module)  # every rank starts from rank 0's weights, as DDP does
+        self.noise_every = noise_every
+        self.reduce = BucketedAllReduce(
+            self.params, self.session.rank, self.session.world_size, bucket_cap_elements
+        )
+        self._in_backward = False
+        self.synchronized_steps = 0
+        for index, param in enumerate(self.params):
+            param.register_post_accumulate_grad_hook(partial(self._on_gradient, index))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def _on_gradient(self, index: int, _param: torch.Tensor) -> None:
+        if not self._in_backward:
+            # The first gradient of this backward pass: weigh it, and have the engine call back
+            # once every gradient is accumulated.
+            self._in_backward = True
+            local, sizes = self._weights(self.session.step)
+            measure = self.session.step is not None and self.synchronized_steps % self.noise_every == 0
+            self.reduce.begin(local / sum(sizes), measure)
+            torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+        self.reduce.ready(index)
+
+    def _after_backward(self) -> None:
+        self._in_backward = False
+        session = self.session
+        share, started = session.step, session.step_started
+        synchronize(session.device)
+        compute = 0.0
+        if started is not None:
+            # A simulated slower device takes 1/speed times as long for the work just done.
+            compute = session.simulator.finish(started, time.perf_counter() - started.wall)
+        sync_start = time.perf_counter()
+        norms = self.reduce.finish()
+        comm = time.perf_counter() - sync_start
+        self.synchronized_steps += 1
+        if share is None or started is None:
+            return  # the script feeds its own loader: even weights, and no per-step measurement
+        if norms is not None and all(math.isfinite(x) for x in [*norms.local_sq, norms.global_sq]):
+            # (an fp16 overflow step says nothing about the noise)
+            session.noise.update(estimate_noise(share.sizes, norms.local_sq, norms.global_sq))
+        session.pending_timing = (compute, sync_start - started.wall, comm)
+
+    def _weights(self, share: StepShare | None) -> tuple[int, list[int]]:
+        """This rank's count and every rank's, from the loader; without it, an even split (DDP's mean)."""
+        if share is None:
+            return 1, [1] * self.session.world_size
+        return share.local_batch, share.sizes
+
+    # Checkpoints hold the model's own keys (no "module." prefix), loadable into the bare model.
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)

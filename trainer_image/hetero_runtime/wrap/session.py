@@ -1,0 +1,183 @@
+"""One worker's part in a job whose training loop is the user's: process group, device, plan, metrics.
+
+`init()` is the one call a script makes before building its model and loader; the model wrapper and
+the data loader find the session it opened through `current_session()`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hetero_operator.plan import Plan, Strategy
+from hetero_runtime.device import Placement, place_worker
+from hetero_runtime.gns import NoiseTracker
+from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
+from hetero_runtime.metrics import WorkerMetrics
+from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source_from_spec
+from hetero_runtime.simulate import SpeedSimulator, Stopwatch
+from hetero_runtime.trainer import default_plan
+from hetero_runtime.wrap.refusals import strategy_refusal
+
+log = logging.getLogger(__name__)
+
+
+class WrapperError(RuntimeError):
+    """The script uses the wrapper in a way it cannot support; the message names what to change."""
+
+
+@dataclass(frozen=True)
+class StepShare:
+    """What the loader handed this rank for the step in progress."""
+
+    local_batch: int  # samples that count (0: the batch is a stand-in whose gradient is dropped)
+    sizes: list[int]  # every rank's count this step
+
+
+@dataclass
+class Session:
+    env: WorkerEnv
+    placement: Placement
+    metrics: WorkerMetrics
+    simulator: SpeedSimulator
+    tracker: PlanTracker | None
+    plan: Plan | None = None
+    step: StepShare | None = None
+    step_started: Stopwatch | None = None  # when the loader handed out the step's batch
+    pending_timing: tuple[float, float, float] | None = None  # compute, until sync, sync seconds
+    noise: NoiseTracker = field(default_factory=NoiseTracker)
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+    def plan_for_epoch(self, epoch: int, global_batch: int) -> Plan:
+        """Rank 0 reads the newest applicable plan; every rank receives the same one. Without a plan
+        source the split is even over the loader's batch size."""
+        text = None
+        if self.rank == 0:
+            chosen = self.tracker.plan_for_epoch(epoch) if self.tracker is not None else self.plan
+            if chosen is None:
+                chosen = self.plan or default_plan(self.world_size, global_batch, Strategy.DATA)
+                if self.tracker is not None:
+                    self.tracker.current = chosen
+            text = chosen.to_json()
+        plan = Plan.from_json(broadcast_object(text, self.world_size))
+        refusal = strategy_refusal(plan)
+        if refusal is not None:
+            raise WrapperError(refusal)
+        if plan.learning_rate_scale != 1.0 and (self.plan is None or self.plan.version != plan.version):
+            log.warning(
+                "plan version %d asks for learning-rate scale %g: your script owns its learning rate, "
+                "scale it there if you want it",
+                plan.version,
+                plan.learning_rate_scale,
+            )
+        self.plan = plan
+        self.metrics.set_plan_version(plan.version)
+        return plan
+
+    def restore_plan(self, plan: Plan) -> None:
+        """After a restart: keep running the checkpoint's plan until a newer one arrives."""
+        if plan.fits_world(self.world_size) is not None:
+            return
+        self.plan = plan
+        if self.tracker is not None:
+            self.tracker.current = plan
+
+
+def broadcast_object(value: Any, world_size: int) -> Any:
+    if world_size == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+_session: Session | None = None
+
+
+def init(env: WorkerEnv | None = None) -> Session:
+    """Join the job: the process group (unless the script opened it), this worker's device, its
+    metrics endpoint and, on rank 0, the plan source. Call it once, where a DDP script calls
+    `dist.init_process_group`; calling it again returns the same session."""
+    global _session
+    if _session is not None:
+        return _session
+    env = env or worker_env_from_os()
+    placement = place_worker(env)
+    if not dist.is_initialized():
+        # Opened even for one process: the script's own dist.get_rank() and friends keep working.
+        # One process needs no rendezvous (and no port that another job may hold).
+        rendezvous: dict[str, Any] = (
+            {"init_method": env.init_method} if env.world_size > 1 else {"store": dist.HashStore()}
+        )
+        dist.init_process_group(
+            placement.backend,
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timedelta(seconds=120),
+            device_id=placement.device if placement.backend == "nccl" else None,
+            **rendezvous,
+        )
+    if dist.is_initialized() and (dist.get_rank(), dist.get_world_size()) != (env.rank, env.world_size):
+        raise WrapperError(
+            f"the process group has rank {dist.get_rank()} of {dist.get_world_size()} but RANK={env.rank} "
+            f"and WORLD_SIZE={env.world_size}: open it from the same environment, or let init() open it"
+        )
+    metrics = WorkerMetrics(env.job_name, env.rank, env.gpu_class)
+    simulator = SpeedSimulator(env.simulated_speed)
+    metrics.set_simulated_speed(simulator.speed)
+    simulator.announce(env.rank)
+    if env.metrics_port is not None:
+        metrics.serve(env.metrics_port, addr=env.pod_ip or "0.0.0.0")
+    tracker = None
+    if env.rank == 0 and env.plan_source is not None:
+        tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
+    refusal = broadcast_object(starting_refusal(tracker), env.world_size)
+    if refusal is not None:
+        raise WrapperError(refusal)
+    _session = Session(env, placement, metrics, simulator, tracker)
+    return _session
+
+
+def starting_refusal(tracker: PlanTracker | None) -> str | None:
+    """Refuse at once a plan this loop cannot run, even if the script never builds a loader."""
+    if tracker is None or tracker.source is None:
+        return None
+    try:
+        plan = Plan.from_json(tracker.source.read())
+    except (PlanSourceError, ValueError):
+        return None  # unreadable now: the loader reads it again at every epoch
+    return strategy_refusal(plan)
+
+
+def current_session() -> Session:
+    if _session is None:
+        raise WrapperError(
+            "hetero_runtime.wrap.init() has not been called: call it once at the start of the script, "
+            "before building HeteroModel or HeteroDataLoader (where a DDP script calls "
+            "dist.init_process_group)"
+        )
+    return _session
+
+
+def close() -> None:
+    """Leave the job: tear the process group down. Optional; the process's exit does it too."""
+    global _session
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _session = None
