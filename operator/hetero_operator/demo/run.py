@@ -175,6 +175,9 @@ class Followed:
     state: dict[str, Any]
     plans: dict[int, list[int]]
     rows: list[EpochRow]
+    # Halfway through the time it was seen Running: every worker is up and scraped then (its series
+    # go stale once its pod ends, and the pods of a job end one by one).
+    running_at: float | None = None
 
 
 def follow(
@@ -190,9 +193,12 @@ def follow(
     plans: dict[int, list[int]] = {}
     started = time.monotonic()
     state: dict[str, Any] = {}
+    running: list[float] = []
     with Live(console=console, refresh_per_second=2) as live:
         while time.monotonic() - started < timeout_seconds:
             state = _job(testbed, name)
+            if (state.get("status") or {}).get("phase") == "Running":
+                running.append(time.time())
             plan = (state.get("status") or {}).get("plan") or {}
             if plan.get("version"):
                 plans[int(plan["version"])] = list(plan.get("localBatches") or [])
@@ -203,7 +209,8 @@ def follow(
             if (state.get("status") or {}).get("phase") in TERMINAL:
                 break
             time.sleep(1.0)
-    return Followed(state, plans, epoch_rows(_progress_lines(testbed, name), plans))
+    middle = running[len(running) // 2] if running else None
+    return Followed(state, plans, epoch_rows(_progress_lines(testbed, name), plans), middle)
 
 
 def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
@@ -215,10 +222,14 @@ def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
     return control
 
 
-def measured_speeds(prometheus: str, job: str, split: list[int]) -> list[float]:
-    """Each rank's samples per second of compute under the job's first plan, from Prometheus."""
+def measured_speeds(prometheus: str, job: str, split: list[int], at: float | None) -> list[float]:
+    """Each rank's samples per second of compute under the job's first plan, from Prometheus as it
+    was at `at` (the job's series go stale once its pods are gone)."""
+    if at is None:
+        return []
     query = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, 1))
-    body = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}, timeout=10).json()
+    params = {"query": query, "time": f"{at:.3f}"}
+    body = httpx.get(f"{prometheus}/api/v1/query", params=params, timeout=10).json()
     compute = {int(r["metric"][names.LABEL_RANK]): float(r["value"][1]) for r in body["data"]["result"]}
     return [split[rank] / compute[rank] for rank in range(len(split)) if compute.get(rank)]
 
@@ -250,9 +261,8 @@ def run_demo(
             if control is not None:
                 console.print("control run: the same job with rebalancing off")
                 baseline = follow(testbed, control, console, settings.timeout_seconds)
-                speeds = measured_speeds(
-                    testbed.prometheus_url, control["metadata"]["name"], baseline.plans[1]
-                )
+                name, split = control["metadata"]["name"], baseline.plans.get(1, [])
+                speeds = measured_speeds(testbed.prometheus_url, name, split, baseline.running_at)
                 compared = (baseline.rows, speeds)
             followed = follow(testbed, job, console, settings.timeout_seconds, on_tick)
             status = followed.state.get("status") or {}
