@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hetero_operator.simulator.policies.backfill import FifoBackfillPolicy, GreedyFastestPolicy
 from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.policies.fifo import FifoGangPolicy
 from hetero_operator.simulator.policies.gavel import GavelPolicy
@@ -11,6 +12,8 @@ from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy, op
 
 POLICIES: dict[str, Callable[[], SchedulingPolicy]] = {
     "fifo": FifoGangPolicy,
+    "fifo-backfill": FifoBackfillPolicy,
+    "greedy-fastest": GreedyFastestPolicy,
     "gavel": GavelPolicy,
     "heterotrain": HeterotrainPolicy,
     "heterotrain-default": operator_defaults,
@@ -27,8 +30,10 @@ def make_policy(name: str) -> SchedulingPolicy:
 
 __all__ = [
     "POLICIES",
+    "FifoBackfillPolicy",
     "FifoGangPolicy",
     "GavelPolicy",
+    "GreedyFastestPolicy",
     "HeterotrainPolicy",
     "SchedulingPolicy",
     "make_policy",
