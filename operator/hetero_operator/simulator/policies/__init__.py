@@ -8,7 +8,7 @@ from hetero_operator.simulator.policies.backfill import FifoBackfillPolicy, Gree
 from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.policies.fifo import FifoGangPolicy
 from hetero_operator.simulator.policies.gavel import GavelPolicy
-from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy, operator_defaults
+from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy
 
 POLICIES: dict[str, Callable[[], SchedulingPolicy]] = {
     "fifo": FifoGangPolicy,
@@ -16,7 +16,6 @@ POLICIES: dict[str, Callable[[], SchedulingPolicy]] = {
     "greedy-fastest": GreedyFastestPolicy,
     "gavel": GavelPolicy,
     "heterotrain": HeterotrainPolicy,
-    "heterotrain-default": operator_defaults,
 }
 
 
