@@ -23,15 +23,21 @@ from hetero_operator.scheduler.reservations import Budgets
 from hetero_operator.scheduler.snapshot import JobRequest
 
 
-def per_gpu_speed(job: JobRequest, gpu_class: str, ctx: PlacementContext) -> float:
-    """One GPU's samples/s for the job at its gang-size local batch when the class is measured;
-    otherwise the class's speed prior (then only comparable with other unmeasured classes)."""
+def per_gpu_speeds(job: JobRequest, classes: Iterable[str], ctx: PlacementContext) -> dict[str, float]:
+    """One GPU's samples/s for the job at its gang-size local batch on each measured class; the
+    class's speed prior where a class is not measured (then only comparable with other unmeasured
+    classes)."""
     measured = dict(job.profile.per_class) if job.profile is not None else {}
-    profile = measured.get(gpu_class)
-    if profile is None:
-        return ctx.state.classes[gpu_class].relative_speed
     batch = job.global_batch / job.gpus_min
-    return 1000.0 * batch / (profile.alpha_ms * batch + profile.beta_ms)
+    speeds: dict[str, float] = {}
+    for gpu_class in classes:
+        profile = measured.get(gpu_class)
+        speeds[gpu_class] = (
+            ctx.state.classes[gpu_class].relative_speed
+            if profile is None
+            else 1000.0 * batch / (profile.alpha_ms * batch + profile.beta_ms)
+        )
+    return speeds
 
 
 def best_move(
@@ -48,19 +54,18 @@ def best_move(
     per_class: Counter[str] = Counter()
     for node, count in holding.items():
         per_class[state.class_of(node)] += count
-    pace = sum(per_gpu_speed(job, c, ctx) * n for c, n in per_class.items()) / size
-    targets = sorted(
-        (
-            (per_gpu_speed(job, c, ctx), c)
-            for c in idle
-            if job.allows(c) and c not in per_class and state.free[c].usable(job.chunk) >= size
-        ),
-        reverse=True,
-    )
-    if not targets or targets[0][0] < pace * (1.0 + min_gain):
+    room = [
+        c for c in idle if c not in per_class and job.allows(c) and state.free[c].usable(job.chunk) >= size
+    ]
+    if not room:
+        return None
+    speeds = per_gpu_speeds(job, [*per_class, *room], ctx)
+    pace = sum(speeds[c] * n for c, n in per_class.items()) / size
+    fastest = max(room, key=lambda c: (speeds[c], c))
+    if speeds[fastest] < pace * (1.0 + min_gain):
         return None
     now = rebuild_allocation(job, holding, ctx)
-    moved = best_candidate(job, size, ctx, Budgets([]), classes_allowed=frozenset({targets[0][1]}))
+    moved = best_candidate(job, size, ctx, Budgets([]), classes_allowed=frozenset({fastest}))
     if now is None or moved is None:
         return None
     gain = moved.prediction.samples_per_second / now.prediction.samples_per_second
