@@ -33,6 +33,7 @@ from hetero_operator.scheduler.queueing import (
     capacity_for,
     gang_size,
     head_reservation,
+    largest_size,
     plan_preemption,
     scheduling_order,
 )
@@ -323,8 +324,10 @@ def _grow_idle(
         classes = frozenset(c for c in idle if job.allows(c))
         if not classes or not any(state.free[c].usable(job.chunk) for c in classes):
             continue
-        tried += 1
         holding = Counter(state.held[job.key])
+        if sum(holding.values()) + job.chunk > largest_size(job):
+            continue  # at its cap already: no try spent on it
+        tried += 1
         gain = config.grow_gain_new if is_new else config.grow_gain_running
         candidate = grow(job, holding, ctx, classes, gain)
         if candidate is None:
