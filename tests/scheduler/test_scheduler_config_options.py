@@ -1,5 +1,5 @@
-"""Two opt-in scheduler options: reclaiming grown GPUs for an equal-priority head, and switching
-off head reservations (best-effort FIFO backfill). Both default to the original behaviour."""
+"""Two scheduler options: reclaiming grown GPUs for an equal-priority head (on by default), and head
+reservations (off by default: best-effort FIFO backfill)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _grown_job_and_waiting_head() -> Snapshot:
     return Snapshot(ONE_CLASS, nodes("slow", 1, 8), (running, job("head", 4, arrived=5)), now=10)
 
 
-def test_by_default_an_equal_priority_head_waits_for_grown_gpus() -> None:
-    decisions = schedule(_grown_job_and_waiting_head())
+def test_without_reclaim_growth_an_equal_priority_head_waits_for_grown_gpus() -> None:
+    decisions = schedule(_grown_job_and_waiting_head(), SchedulerConfig(reclaim_growth=False))
     assert not decisions.shrink and not decisions.preempt
     assert "ns/head" in decisions.unschedulable
 
@@ -55,9 +55,16 @@ def _busy_cluster_with_big_head() -> Snapshot:
     )
 
 
-def test_head_reservations_hold_gpus_back_by_default() -> None:
-    decisions = schedule(_busy_cluster_with_big_head(), SchedulerConfig(elastic=False))
+def test_head_reservations_hold_gpus_back_when_on() -> None:
+    decisions = schedule(
+        _busy_cluster_with_big_head(), SchedulerConfig(elastic=False, head_reservations=True)
+    )
     assert "ns/small" not in decisions.place
+
+
+def test_by_default_later_jobs_backfill_and_grown_gpus_go_back_to_the_head() -> None:
+    assert "ns/small" in schedule(_busy_cluster_with_big_head(), SchedulerConfig(elastic=False)).place
+    assert schedule(_grown_job_and_waiting_head()).shrink["ns/elastic"].allocation.total_gpus <= 4
 
 
 def test_without_head_reservations_later_jobs_backfill_free_gpus() -> None:

@@ -98,6 +98,15 @@ def test_no_growth_into_a_class_someone_waits_for() -> None:
     assert "ns/w" in decisions.unschedulable
 
 
+def test_jobs_already_at_their_cap_do_not_use_up_the_growth_budget() -> None:
+    # One growth try per cycle: the older job cannot grow (gpus.max = gpus.min), so the try goes to
+    # the younger, elastic one.
+    jobs = (job("rigid", 2, arrived=0), job("e", 2, arrived=1, gpus_max=8, global_batch=512))
+    running = run_with_current(Snapshot(CLASSES, nodes("v100", 1, 12), jobs), SchedulerConfig(elastic=False))
+    decisions = schedule(running, SchedulerConfig(max_growths_per_cycle=1))
+    assert set(decisions.grow) == {"ns/e"}
+
+
 def test_growth_skips_non_preemptible_running_jobs() -> None:
     start = Snapshot(
         CLASSES, nodes("v100", 1, 8), (job("e", 2, gpus_max=8, global_batch=512, preemptible=False),)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from scheduler_cases import held_after, small_snapshots
 
-from hetero_operator.scheduler import JobRequest, NodeInfo, Snapshot, schedule
+from hetero_operator.scheduler import JobRequest, NodeInfo, SchedulerConfig, Snapshot, schedule
 from hetero_operator.scheduler.queueing import scheduling_order
 
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,8 +79,8 @@ def test_same_snapshot_same_decisions_whatever_the_input_order(snapshot: Snapsho
 def test_backfill_never_delays_the_head_of_any_queue(snapshot: Snapshot) -> None:
     """For every waiting queue head H: whichever holders (running jobs, other workloads) finish
     first, if H could start on the GPUs free before the jobs behind it were placed, it can still
-    start after they were."""
-    decisions = schedule(snapshot)
+    start after they were (the guarantee of head reservations, which are opt-in)."""
+    decisions = schedule(snapshot, SchedulerConfig(head_reservations=True))
     nodes = {n.name: n for n in snapshot.nodes}
     capacity: Counter[str] = Counter()
     free: Counter[str] = Counter()

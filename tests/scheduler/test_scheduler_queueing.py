@@ -15,6 +15,8 @@ from hetero_operator.scheduler.reservations import NO_LIMIT, backfill_allowance,
 SLOW = (GPUClassInfo("slow", 1.0, 16),)
 TWO_CLASSES = (GPUClassInfo("a", 1.0, 16), GPUClassInfo("b", 1.0, 16))
 NO_GROWTH = SchedulerConfig(elastic=False)
+# Head reservations are opt-in: the tests of what they guarantee switch them on.
+RESERVING = SchedulerConfig(elastic=False, head_reservations=True)
 
 
 def _running(snapshot: Snapshot) -> Snapshot:
@@ -51,7 +53,7 @@ def test_backfill_uses_a_class_the_waiting_head_cannot_use() -> None:
         job("head", 8, arrived=10, allowed_classes=("a",)),
         job("small", 2, arrived=20, allowed_classes=("a", "b")),
     )
-    decisions = schedule(replace(running, jobs=jobs), NO_GROWTH)
+    decisions = schedule(replace(running, jobs=jobs), RESERVING)
     assert "ns/head" in decisions.unschedulable
     assert decisions.place["ns/small"].gpus_per_class() == {"b": 2}
 
@@ -59,7 +61,7 @@ def test_backfill_uses_a_class_the_waiting_head_cannot_use() -> None:
 def test_backfill_waits_when_it_would_delay_the_head() -> None:
     running = _running(Snapshot(SLOW, nodes("slow", 2, 4), (job("r", 4),)))
     jobs = (*running.jobs, job("head", 8, arrived=10), job("small", 2, arrived=20))
-    decisions = schedule(replace(running, jobs=jobs), NO_GROWTH)
+    decisions = schedule(replace(running, jobs=jobs), RESERVING)
     assert not decisions.place
     assert "held back for ns/head, the head of queue default" in decisions.unschedulable["ns/small"].message
     assert "queued behind ns/head" in decisions.unschedulable["ns/small"].message
@@ -179,7 +181,7 @@ def test_two_queues_each_get_their_own_head() -> None:
     )
     # Half of each node is used by other workloads, which may leave: each head can still start.
     infra = (NodeInfo("a-0", "a", 8, gpus_used_by_others=4), NodeInfo("b-0", "b", 8, gpus_used_by_others=4))
-    decisions = schedule(Snapshot(TWO_CLASSES, infra, jobs))
+    decisions = schedule(Snapshot(TWO_CLASSES, infra, jobs), RESERVING)
     assert decisions.metrics.queue_length == {"q1": 2, "q2": 1}
     assert "ns/q1-next" not in decisions.place  # class a's 4 free GPUs are all the q1 head can count on
     assert "queued behind ns/q1-head" in decisions.unschedulable["ns/q1-next"].message

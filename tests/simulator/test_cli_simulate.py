@@ -37,9 +37,10 @@ def test_simulates_the_example_trace_and_writes_plots(tmp_path: Path) -> None:
     document = json.loads(result.stdout)
     assert [r["policy"] for r in document["results"]] == [
         "fifo",
+        "fifo-backfill",
+        "greedy-fastest",
         "gavel",
         "heterotrain",
-        "heterotrain-default",
     ]
     assert all(r["jobs"] == 30 for r in document["results"])
     assert (tmp_path / "jct_cdf.png").stat().st_size > 0

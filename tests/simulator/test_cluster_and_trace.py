@@ -22,6 +22,7 @@ from hetero_operator.simulator.trace import (
     trace_from_csv,
     trace_to_csv,
 )
+from hetero_operator.simulator.workloads import MODELS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
 
@@ -134,3 +135,42 @@ def test_durations_are_heavy_tailed() -> None:
 def test_bad_trace_rows_are_named(text: str, message: str) -> None:
     with pytest.raises(TraceError, match=message):
         trace_from_csv(text)
+
+
+def test_gpu_classes_round_trip_and_an_old_trace_without_the_column_still_loads() -> None:
+    restricted = row("a", "resnet18", 1, 60).model_copy(update={"gpu_classes": ("a100", "v100")})
+    text = trace_to_csv([restricted, row("b", "resnet18", 1, 60, arrival_s=1.0)])
+    assert ",a100|v100\n" in text
+    assert trace_from_csv(text) == [restricted, row("b", "resnet18", 1, 60, arrival_s=1.0)]
+    old = "job_id,arrival_s,model,gpus_min,gpus_max,duration_s,priority\na,0,resnet18,1,1,60,0\n"
+    assert trace_from_csv(old)[0].gpu_classes == ()
+
+
+def test_an_unknown_class_in_a_row_is_named_with_its_line_column_and_fix() -> None:
+    text = trace_to_csv(
+        [
+            row("a", "resnet18", 1, 60),
+            row("b", "resnet18", 1, 60, arrival_s=1.0).model_copy(update={"gpu_classes": ("h100",)}),
+        ]
+    )
+    with pytest.raises(
+        TraceError, match=r"^line 3: gpu_classes: unknown class\(es\) h100; use classes of the cluster \(v100"
+    ):
+        trace_from_csv(text, known_classes=("v100", "p100", "k80"))
+    with pytest.raises(TraceError, match=r"^line 2: gpu_classes: 'V100\|\|k80' must be distinct lowercase"):
+        trace_from_csv(trace_to_csv([row("a", "resnet18", 1, 60)]).replace(",0,\n", ",0,V100||k80\n"))
+
+
+def test_about_a_third_of_generated_jobs_are_restricted_to_classes_that_can_hold_them() -> None:
+    cluster = load_cluster(EXAMPLES / "cluster-64.yaml")
+    trace = generate_trace(11, 900, 40.0, cluster=cluster)
+    restricted = [j for j in trace if j.gpu_classes]
+    assert 0.25 < len(restricted) / len(trace) < 0.40  # 1/3 drawn; rows with one possible class stay free
+    totals = cluster.gpus_per_class()
+    for job in restricted:
+        assert 1 <= len(job.gpu_classes) <= 2
+        for name in job.gpu_classes:
+            assert MODELS[job.model].fits(cluster.class_info(name)) and totals[name] >= job.gpus_min
+    # The other columns do not depend on the cluster being given.
+    plain = generate_trace(11, 900, 40.0)
+    assert [j.model_copy(update={"gpu_classes": ()}) for j in trace] == plain

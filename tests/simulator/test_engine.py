@@ -93,6 +93,30 @@ def test_a_preempted_job_resumes_where_it_stopped_after_its_checkpoint_cost() ->
     assert outcome["low"].restarts == 1 and result.preemptions == 1
 
 
+@pytest.mark.parametrize("scale", [0.0, 4.0])
+def test_the_restart_cost_scale_multiplies_only_what_a_restart_pays(scale: float) -> None:
+    one_gpu = parse_cluster(
+        {
+            "classes": [{"name": "v100", "relativeSpeed": 1.0, "memoryGiB": 16}],
+            "nodeGroups": [{"gpuClass": "v100", "nodes": 1, "gpusPerNode": 1}],
+        }
+    )
+    low = row("low", "resnet18", 1, 1000)
+    high = row("high", "resnet18", 1, 500, arrival_s=100).model_copy(update={"priority": 1})
+    options = EngineOptions(startup_s=30.0, cycle_interval_s=30.0, restart_cost_scale=scale)
+    outcome = {
+        o.job_id: o for o in simulate(one_gpu, [low, high], make_policy("heterotrain"), options).outcomes
+    }
+    # As above, but low's second start costs scale x (30 s start-up + ResNet-18's checkpoint).
+    assert outcome["high"].finish_s == pytest.approx(660.0)
+    assert outcome["low"].finish_s == pytest.approx(660.0 + scale * (30.0 + RESNET18.checkpoint_s) + 930.0)
+
+
+def test_a_negative_restart_cost_scale_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"^restart_cost_scale: must be a finite number >= 0"):
+        EngineOptions(restart_cost_scale=-1.0)
+
+
 @dataclass
 class _DoubleBooker:
     name: str = "double-booker"

@@ -131,3 +131,56 @@ def test_gavel_keeps_a_job_on_its_gpus_when_it_keeps_its_class() -> None:
     running = JobRequest(**{**{f: getattr(job, f) for f in job.__dataclass_fields__}, "current": placed})
     second = policy.decide(Snapshot(cluster.classes, cluster.nodes, (running,), now=360.0))
     assert second.place == {} and second.preempt == {}
+
+
+def test_fifo_backfill_lets_a_later_job_pass_a_blocked_head() -> None:
+    cluster = three_class_cluster(gpus=4)
+    jobs = tuple(
+        build_job(r, cluster, pipelines=False, prior=PRIOR).request
+        for r in (row("big", "resnet18", 8, 60), row("small", "resnet18", 1, 60, arrival_s=1))
+    )
+    decided = make_policy("fifo-backfill").decide(Snapshot(cluster.classes, cluster.nodes, jobs))
+    assert set(decided.place) == {"sim/small"} and "sim/big" in decided.unschedulable
+    assert not decided.preempt and not decided.grow
+
+
+def test_greedy_fastest_picks_the_fastest_class_for_the_jobs_own_model() -> None:
+    # Gavel's table: Recommendation runs 16.6 iterations/s on a P100, 10.4 on a K80 and 7.5 on a
+    # V100; ResNet-18 is fastest on the V100. Speed-blind FIFO takes the class with most free GPUs.
+    cluster = parse_cluster(
+        {
+            "classes": [
+                {"name": "v100", "relativeSpeed": 1.0, "memoryGiB": 16},
+                {"name": "p100", "relativeSpeed": 0.5, "memoryGiB": 16},
+                {"name": "k80", "relativeSpeed": 0.2, "memoryGiB": 12},
+            ],
+            "nodeGroups": [
+                {"gpuClass": "v100", "nodes": 1, "gpusPerNode": 2},
+                {"gpuClass": "p100", "nodes": 1, "gpusPerNode": 2},
+                {"gpuClass": "k80", "nodes": 1, "gpusPerNode": 8},
+            ],
+        }
+    )
+
+    def first_class(policy: str, model: str) -> str:
+        job = build_job(row("a", model, 1, 60), cluster, pipelines=False, prior=PRIOR).request
+        decided = make_policy(policy).decide(Snapshot(cluster.classes, cluster.nodes, (job,)))
+        (gpu_class,) = decided.place["sim/a"].gpus_per_class()
+        return gpu_class
+
+    assert first_class("greedy-fastest", "recommendation") == "p100"
+    assert first_class("greedy-fastest", "resnet18") == "v100"
+    assert first_class("fifo-backfill", "resnet18") == "k80"
+
+
+def test_greedy_fastest_falls_back_to_the_next_fastest_class_with_room() -> None:
+    cluster = _v100_and_p100(2, 4)
+    jobs = tuple(
+        build_job(
+            row(name, "resnet18", 2, 60, arrival_s=float(i)), cluster, pipelines=False, prior=PRIOR
+        ).request
+        for i, name in enumerate(("first", "second"))
+    )
+    decided = make_policy("greedy-fastest").decide(Snapshot(cluster.classes, cluster.nodes, jobs))
+    assert decided.place["sim/first"].gpus_per_class() == {"v100": 2}
+    assert decided.place["sim/second"].gpus_per_class() == {"p100": 2}

@@ -55,9 +55,9 @@ def simulate(
     try:
         spec = load_cluster(cluster)
         rows: list[TraceJob] = (
-            load_trace(trace)
+            load_trace(trace, spec.class_names)
             if trace is not None
-            else generate_trace(seed, jobs, _capacity(spec), load, max_gpus=_largest_job(spec))
+            else generate_trace(seed, jobs, _capacity(spec), load, max_gpus=_largest_job(spec), cluster=spec)
         )
         names = list(POLICIES) if policy == "all" else [policy]
         policies = [make_policy(name) for name in names]

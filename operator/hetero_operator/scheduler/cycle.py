@@ -33,6 +33,7 @@ from hetero_operator.scheduler.queueing import (
     capacity_for,
     gang_size,
     head_reservation,
+    largest_size,
     plan_preemption,
     scheduling_order,
 )
@@ -40,6 +41,7 @@ from hetero_operator.scheduler.reasons import WaitContext, WaitReason, explain
 from hetero_operator.scheduler.reservations import Budgets, HeadReservation
 from hetero_operator.scheduler.snapshot import Allocation, JobRequest, Snapshot
 from hetero_operator.scheduler.throughput import PriorModel
+from hetero_operator.scheduler.upgrade import plan_moves
 
 
 @settings(frozen=True)
@@ -52,8 +54,21 @@ class SchedulerConfig:
     )
     tie_tolerance: Annotated[
         float,
-        Field(ge=0, le=1, description="Relative throughput gap treated as a tie (then fewer nodes win)."),
-    ] = 0.01
+        Field(
+            ge=0,
+            le=1,
+            description="Relative throughput gap treated as a tie (then fewer nodes, the job's preferred "
+            "classes and cheaper GPUs win, leaving faster GPUs to jobs that gain more from them).",
+        ),
+    ] = 0.1
+    mix_gain: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Throughput gain over the best one-class GPU set that a mix of classes must bring "
+            "to be chosen (mixes always may start a job no single class can hold).",
+        ),
+    ] = 0.2
     elastic: Annotated[
         bool, Field(description="Grow jobs toward gpus.max into GPUs no waiting job wants.")
     ] = True
@@ -75,14 +90,29 @@ class SchedulerConfig:
             description="A waiting queue head may shrink jobs of its own priority back toward their gang "
             "size (what they grew into while GPUs sat idle), not only lower-priority jobs."
         ),
-    ] = False
+    ] = True
+    move_gain: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="Move a running job onto idle GPUs of a faster class (a checkpoint-restart) when "
+            "its predicted throughput rises by at least this share; unset: never move.",
+        ),
+    ] = 0.5
+    priority_preemption: Annotated[
+        bool,
+        Field(
+            description="A waiting queue head may preempt lower-priority jobs (checkpoint, then restart "
+            "later); off, it only shrinks jobs that grew, and waits."
+        ),
+    ] = True
     head_reservations: Annotated[
         bool,
         Field(
             description="Hold GPUs back for waiting queue heads (backfill never delays a head); off, later "
             "jobs take any free GPUs."
         ),
-    ] = True
+    ] = False
 
 
 @dataclass(slots=True)
@@ -101,7 +131,9 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     (input order does not matter either)."""
     config = config or SchedulerConfig()
     state = ClusterState(snapshot)
-    ctx = PlacementContext(state, tuple(state.classes.values()), config.prior, config.tie_tolerance)
+    ctx = PlacementContext(
+        state, tuple(state.classes.values()), config.prior, config.tie_tolerance, config.mix_gain
+    )
     jobs = scheduling_order(snapshot.jobs)
     running = [j for j in jobs if j.current is not None]
     out = _Outcome()
@@ -111,6 +143,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     for job in jobs:
         if job.current is None:
             _admit(job, ctx, budgets, heads, victims, running, out, config)
+    if config.move_gain is not None:
+        _move_idle(running, ctx, out, victims, config)
     if config.elastic:
         _grow_idle(jobs, ctx, out, victims, config)
     return Decisions(
@@ -166,7 +200,7 @@ def _admit(
         wait = WaitContext(want, behind=head.job, enough_free_but_no_layout=enough_free)
         out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
         return
-    plan = plan_preemption(job, want, running, victims, ctx, budgets, reclaim_growth=config.reclaim_growth)
+    plan = _make_room(job, want, order, running, victims, ctx, budgets, config)
     if plan is not None:
         _apply_preemption(plan, job, out)
         victims.update(plan.victims)
@@ -180,6 +214,47 @@ def _admit(
     heads[job.queue] = reservation
     if config.head_reservations:
         budgets.add(reservation)
+
+
+def _make_room(
+    head: JobRequest,
+    want: int,
+    order: list[str],
+    running: list[JobRequest],
+    victims: set[str],
+    ctx: PlacementContext,
+    budgets: Budgets,
+    config: SchedulerConfig,
+) -> PreemptionPlan | None:
+    """Room for a waiting head on one class it fits (fastest first), as placement wants it; on any
+    mix of its classes only when no single class can hold it."""
+    whole = [c for c in order if ctx.state.capacity[c] >= want]
+    if not whole:
+        return plan_preemption(
+            head,
+            want,
+            running,
+            victims,
+            ctx,
+            budgets,
+            reclaim_growth=config.reclaim_growth,
+            preempt=config.priority_preemption,
+        )
+    for gpu_class in whole:
+        plan = plan_preemption(
+            head,
+            want,
+            running,
+            victims,
+            ctx,
+            budgets,
+            reclaim_growth=config.reclaim_growth,
+            within=frozenset({gpu_class}),
+            preempt=config.priority_preemption,
+        )
+        if plan is not None:
+            return plan
+    return None
 
 
 def _commit(job: JobRequest, candidate: Candidate, ctx: PlacementContext, budgets: Budgets) -> None:
@@ -199,17 +274,42 @@ def _apply_preemption(plan: PreemptionPlan, head: JobRequest, out: _Outcome) -> 
         out.preempt[key] = Preemption(f"preempted, {why}")
 
 
-def _grow_idle(
-    jobs: list[JobRequest], ctx: PlacementContext, out: _Outcome, victims: set[str], config: SchedulerConfig
-) -> None:
-    """Grow jobs into classes no waiting job could use (waiting jobs that can never start aside)."""
+def _idle_classes(ctx: PlacementContext, out: _Outcome) -> frozenset[str]:
+    """Classes with free GPUs that no waiting job could use (waiting jobs that can never start aside)."""
     state = ctx.state
     contested: set[str] = set()
     for job in out.waiting:
         want = gang_size(job)
         if want is not None and capacity_for(job, state) >= want:
             contested.update(c for c in state.classes if job.allows(c))
-    idle = frozenset(c for c in state.classes if c not in contested and state.free[c].total_free > 0)
+    return frozenset(c for c in state.classes if c not in contested and state.free[c].total_free > 0)
+
+
+def _move_idle(
+    running: list[JobRequest],
+    ctx: PlacementContext,
+    out: _Outcome,
+    victims: set[str],
+    config: SchedulerConfig,
+) -> None:
+    """Move running jobs onto idle GPUs of a faster class (see `upgrade`)."""
+    idle = _idle_classes(ctx, out)
+    if not idle or config.move_gain is None:
+        return
+    movable = [j for j in running if j.preemptible and j.exact_mix is None and j.key not in victims]
+    for job, candidate in plan_moves(movable, ctx, idle, config.move_gain, config.max_growths_per_cycle):
+        victims.add(job.key)  # it restarts this cycle: nothing else resizes it
+        out.predicted[job.key] = candidate.prediction.samples_per_second
+        classes = ", ".join(sorted(candidate.allocation.gpus_per_class()))
+        out.grow[job.key] = Resize(candidate.allocation, f"moved to idle {classes} GPUs (faster)")
+
+
+def _grow_idle(
+    jobs: list[JobRequest], ctx: PlacementContext, out: _Outcome, victims: set[str], config: SchedulerConfig
+) -> None:
+    """Grow jobs into classes no waiting job could use."""
+    state = ctx.state
+    idle = _idle_classes(ctx, out)
     if not idle:
         return
     tried = 0
@@ -224,8 +324,10 @@ def _grow_idle(
         classes = frozenset(c for c in idle if job.allows(c))
         if not classes or not any(state.free[c].usable(job.chunk) for c in classes):
             continue
-        tried += 1
         holding = Counter(state.held[job.key])
+        if sum(holding.values()) + job.chunk > largest_size(job):
+            continue  # at its cap already: no try spent on it
+        tried += 1
         gain = config.grow_gain_new if is_new else config.grow_gain_running
         candidate = grow(job, holding, ctx, classes, gain)
         if candidate is None:

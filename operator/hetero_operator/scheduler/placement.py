@@ -39,6 +39,7 @@ class Candidate:
     node_count: int
     cost: float
     preference: tuple[int, ...]
+    class_count: int
     build: Callable[[], Allocation] = field(compare=False, repr=False)
 
     @cached_property
@@ -54,6 +55,8 @@ class PlacementContext:
     catalog: tuple[GPUClassInfo, ...]
     prior: PriorModel
     tie_tolerance: float
+    # A mix of classes must beat the best single-class set by this share (see `single_class_first`).
+    mix_gain: float = 0.0
 
 
 def allowed_classes_fastest_first(job: JobRequest, classes: dict[str, GPUClassInfo]) -> list[str]:
@@ -65,11 +68,11 @@ def allowed_classes_fastest_first(job: JobRequest, classes: dict[str, GPUClassIn
 
 
 def preference_ranks(job: JobRequest, classes: dict[str, GPUClassInfo]) -> dict[str, int]:
-    """0 for the most preferred class; without a list, faster classes are preferred."""
+    """0 for the most preferred class. Without a list no class is preferred: near-ties then go to
+    the cheaper GPUs, leaving faster ones to jobs that gain more from them."""
     if job.allowed_classes:
         return {c: i for i, c in enumerate(job.allowed_classes)}
-    by_speed = sorted(classes, key=lambda c: (-classes[c].relative_speed, c))
-    return {c: i for i, c in enumerate(by_speed)}
+    return dict.fromkeys(classes, 0)
 
 
 def usable_now(job: JobRequest, order: list[str], ctx: PlacementContext, budgets: Budgets) -> int:
@@ -139,7 +142,22 @@ def best_candidate(
             candidate = _evaluate(job, shape, holding, tuple(added), ctx, ranks)
             if candidate is not None:
                 candidates.append(candidate)
-    return choose(candidates, ctx.tie_tolerance)
+    if holding or classes_allowed is not None:  # growth: the job already runs where it runs
+        return choose(candidates, ctx.tie_tolerance)
+    must_mix = not any(ctx.state.capacity[c] >= want for c in order)
+    return choose(single_class_first(candidates, ctx.mix_gain, must_mix=must_mix), ctx.tie_tolerance)
+
+
+def single_class_first(candidates: list[Candidate], mix_gain: float, *, must_mix: bool) -> list[Candidate]:
+    """Drop mixes that do not beat the best one-class set by ``mix_gain``: a mix takes GPUs of a
+    faster class that the job uses at the pace of its slower ones (the batch split narrows, not
+    closes, the gap), and those GPUs would serve another job at full speed. When no one-class set
+    is free now, the job waits for one, unless ``must_mix`` (no class is big enough to hold it)."""
+    singles = [c.prediction.samples_per_second for c in candidates if c.class_count <= 1]
+    if not singles:
+        return candidates if must_mix else []
+    floor = max(singles) * (1.0 + mix_gain)
+    return [c for c in candidates if c.class_count <= 1 or c.prediction.samples_per_second >= floor]
 
 
 def choose(candidates: list[Candidate], tie_tolerance: float) -> Candidate | None:
@@ -189,6 +207,7 @@ def _evaluate(
         node_count=len(per_node),
         cost=sum(count * classes[c].cost_weight for c, count in per_class.items()),
         preference=tuple(sorted(ranks[c] for c in per_class)),
+        class_count=len(per_class),
         build=build,
     )
 

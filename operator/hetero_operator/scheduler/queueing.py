@@ -91,17 +91,22 @@ def plan_preemption(
     budgets: Budgets,
     *,
     reclaim_growth: bool = False,
+    within: frozenset[str] | None = None,
+    preempt: bool = True,
 ) -> PreemptionPlan | None:
     """Fewest lower-priority jobs to shrink or preempt so the head fits once they let go.
 
     ``running`` are jobs holding GPUs at the start of the cycle; ``taken`` those already chosen as
     victims for another head. With ``reclaim_growth``, jobs of the head's own priority that run
     above their gang size may be shrunk back toward it too (GPUs they grew into while idle are
-    lent, not given); only lower-priority jobs are ever preempted. Returns ``None`` when even all
-    candidates together would not do.
+    lent, not given); only lower-priority jobs are ever preempted, and only with ``preempt``.
+    ``within`` limits the room to those classes (a head that must run on one class). Returns
+    ``None`` when even all candidates together would not do.
     """
     state = ctx.state
     classes = frozenset(allowed_classes_fastest_first(head, state.classes))
+    if within is not None:
+        classes &= within
     short = want - usable_now(head, sorted(classes), ctx, budgets)
     if short <= 0:
         return None  # enough GPUs are free: the head waits on their layout, not on other jobs
@@ -109,7 +114,7 @@ def plan_preemption(
         (j for j in running if j.preemptible and j.key not in taken and j.key != head.key),
         key=lambda j: (j.priority, -j.created_at, j.key),
     )
-    victims = [j for j in candidates if j.priority < head.priority]
+    victims = [j for j in candidates if j.priority < head.priority] if preempt else []
     shrinkable = [
         j
         for j in candidates

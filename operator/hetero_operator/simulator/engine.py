@@ -41,6 +41,16 @@ class EngineOptions:
     cycle_interval_s: float = 30.0
     startup_s: float = 30.0
     prior: PriorModel = field(default_factory=PriorModel)
+    # Scales what a restart costs (pods starting again plus the checkpoint's save and restore) for
+    # sensitivity runs: 0 makes preemption and resizing free, 4 four times as dear. First starts
+    # always pay ``startup_s``.
+    restart_cost_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.restart_cost_scale >= 0 and math.isfinite(self.restart_cost_scale)):
+            raise ValueError(
+                f"restart_cost_scale: must be a finite number >= 0, got {self.restart_cost_scale}"
+            )
 
 
 @dataclass(slots=True)
@@ -184,7 +194,9 @@ class Simulation:
         request = replace(self.jobs[key].request, current=allocation)
         self._claim(key, allocation)
         rate = allocation_rate(request, allocation, self.catalog, self.options.prior)
-        delay = self.options.startup_s + (self.jobs[key].checkpoint_s if key in self.resumed else 0.0)
+        delay = self.options.startup_s
+        if key in self.resumed:
+            delay = self.options.restart_cost_scale * (self.options.startup_s + self.jobs[key].checkpoint_s)
         run = _Run(allocation, rate, self.now + delay, self.now)
         self.runs[key] = run
         self.requests[key] = request

@@ -50,8 +50,16 @@ class SimJob:
 
 def build_job(trace: TraceJob, cluster: Cluster, *, pipelines: bool, prior: PriorModel) -> SimJob:
     model = model_named(trace.model)
-    fitting = tuple(c.name for c in cluster.classes if model.fits(c))
-    smallest = min(c.memory_gib for c in cluster.classes)
+    unknown = [c for c in trace.gpu_classes if c not in cluster.class_names]
+    if unknown:
+        raise JobSetupError(
+            f"job {trace.job_id}: gpu_classes names {', '.join(unknown)}, not a class of the cluster "
+            f"({', '.join(cluster.class_names)}); fix the trace row or the cluster file"
+        )
+    # The row's classes, in its preference order; no restriction means every class of the cluster.
+    usable = trace.gpu_classes or cluster.class_names
+    fitting = tuple(c for c in usable if model.fits(cluster.class_info(c)))
+    smallest = min(cluster.class_info(c).memory_gib for c in usable)
     stages = math.ceil(model.memory_gib / smallest)
     common = dict(
         key=f"{NAMESPACE}/{trace.job_id}",
@@ -64,16 +72,21 @@ def build_job(trace: TraceJob, cluster: Cluster, *, pipelines: bool, prior: Prio
         profile=model.measured_profile((*cluster.classes, REFERENCE_CLASS)),
     )
     if stages > 1 and pipelines and trace.gpus_max >= stages:
-        request = JobRequest(**common, strategy=Strategy.HETPIPE, virtual_worker_size=stages)  # type: ignore[arg-type]
+        request = JobRequest(
+            **common,  # type: ignore[arg-type]
+            strategy=Strategy.HETPIPE,
+            virtual_worker_size=stages,
+            allowed_classes=trace.gpu_classes,
+        )
     elif fitting:
         allowed = () if len(fitting) == len(cluster.classes) else fitting
         request = JobRequest(**common, allowed_classes=allowed)  # type: ignore[arg-type]
     else:
-        largest = max(c.memory_gib for c in cluster.classes)
+        largest = max(cluster.class_info(c).memory_gib for c in usable)
         raise JobSetupError(
             f"job {trace.job_id}: model {model.name} needs {model.memory_gib} GiB per replica but the "
-            f"largest GPU has {largest} GiB; use a policy with HetPipe virtual workers and "
-            f"gpus_max >= {stages}"
+            f"largest GPU it may use has {largest} GiB; allow larger classes in gpu_classes, or use a "
+            f"policy with HetPipe virtual workers and gpus_max >= {stages}"
         )
     reference = JobRequest(**common)  # type: ignore[arg-type]
     catalog = (REFERENCE_CLASS,)

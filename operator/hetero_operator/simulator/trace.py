@@ -1,8 +1,16 @@
 """Job traces: generated from a seed, or loaded from (and saved to) CSV.
 
-One row per job: ``job_id, arrival_s, model, gpus_min, gpus_max, duration_s, priority``.
+One row per job: ``job_id, arrival_s, model, gpus_min, gpus_max, duration_s, priority[, gpu_classes]``.
 ``duration_s`` is how long the job runs on ``gpus_min`` V100 GPUs (the reference class), which fixes
-its amount of work; the simulator turns it into samples to process.
+its amount of work; the simulator turns it into samples to process. ``gpu_classes`` (optional
+column) restricts the job to those GPU classes, ``|``-separated in preference order (``a100|v100``),
+as ``spec.gpuClasses`` does; empty means any class. ``model`` is one of `workloads.MODELS`.
+
+```
+job_id,arrival_s,model,gpus_min,gpus_max,duration_s,priority,gpu_classes
+job-00000,0.0,resnet50,4,8,3600,0,
+job-00001,60.5,bert,1,2,1800,1,a100|v100
+```
 
 Generated traces follow the shape of public GPU-cluster traces (e.g. Microsoft's Philly trace,
 "Analysis of Large-Scale Multi-Tenant GPU Clusters for DNN Training Workloads", ATC 2019): most jobs
@@ -14,15 +22,21 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hetero_operator.simulator.cluster import Cluster
 from hetero_operator.simulator.workloads import MODELS
 
-COLUMNS = ("job_id", "arrival_s", "model", "gpus_min", "gpus_max", "duration_s", "priority")
+CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+COLUMNS = ("job_id", "arrival_s", "model", "gpus_min", "gpus_max", "duration_s", "priority", "gpu_classes")
+REQUIRED_COLUMNS = COLUMNS[:-1]
+CLASS_SEPARATOR = "|"
 
 # (GPUs, probability): single-GPU jobs dominate, a few use many GPUs.
 SIZE_MIX = ((1, 0.45), (2, 0.15), (4, 0.18), (8, 0.14), (16, 0.05), (32, 0.03))
@@ -31,6 +45,8 @@ DURATION_SIGMA = 1.4
 DURATION_RANGE_S = (120.0, 86400.0)
 ELASTIC_FACTORS = (1, 1, 2, 4)
 HIGH_PRIORITY_SHARE = 0.1
+# Share of generated jobs restricted to a subset of the cluster's classes (as spec.gpuClasses does).
+CONSTRAINED_SHARE = 1 / 3
 
 
 class TraceError(ValueError):
@@ -47,13 +63,29 @@ class TraceJob(BaseModel):
     gpus_max: int = Field(ge=1)
     duration_s: float = Field(gt=0, allow_inf_nan=False)
     priority: int = 0
+    gpu_classes: tuple[str, ...] = ()
+
+    @field_validator("gpu_classes", mode="before")
+    @classmethod
+    def _split_classes(cls, value: object) -> object:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(CLASS_SEPARATOR)) if value.strip() else ()
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TraceJob:
         if self.model not in MODELS:
-            raise ValueError(f"model: unknown model {self.model!r}; known: {', '.join(sorted(MODELS))}")
+            raise ValueError(f"model: unknown model {self.model!r}; use one of {', '.join(sorted(MODELS))}")
         if self.gpus_max < self.gpus_min:
             raise ValueError(f"gpus_max: must be >= gpus_min ({self.gpus_min}), got {self.gpus_max}")
+        bad = [c for c in self.gpu_classes if not CLASS_NAME.fullmatch(c)]
+        if bad or len(set(self.gpu_classes)) != len(self.gpu_classes):
+            raise ValueError(
+                f"gpu_classes: {CLASS_SEPARATOR.join(self.gpu_classes)!r} must be distinct lowercase class "
+                f"names separated by {CLASS_SEPARATOR!r} (e.g. a100{CLASS_SEPARATOR}v100), or empty for any"
+            )
         return self
 
 
@@ -65,9 +97,12 @@ def generate_trace(
     *,
     max_gpus: int = 32,
     models: Sequence[str] = tuple(MODELS),
+    cluster: Cluster | None = None,
 ) -> list[TraceJob]:
     """``jobs`` jobs whose reference work arrives at ``load`` times ``capacity`` (V100-equivalent GPUs,
-    i.e. sum of GPUs times relative speed). ``max_gpus`` caps the size of one job."""
+    i.e. sum of GPUs times relative speed). ``max_gpus`` caps the size of one job. With ``cluster``,
+    about a third of the jobs are restricted to a random subset of the classes that can hold them
+    (the model fits one GPU, and the class has gpus_min GPUs)."""
     if jobs < 1 or capacity <= 0 or load <= 0:
         raise TraceError("jobs, capacity and load must be positive")
     rng = np.random.default_rng(seed)
@@ -83,6 +118,9 @@ def generate_trace(
     chosen_models = rng.choice(list(models), size=jobs)
     factors = rng.choice(ELASTIC_FACTORS, size=jobs)
     priorities = (rng.random(jobs) < HIGH_PRIORITY_SHARE).astype(int)
+    constrained = rng.random(jobs) < CONSTRAINED_SHARE
+    # Drawn for every job so the other columns do not depend on whether a cluster is given.
+    subset_draws = rng.random((jobs, 2))
     return [
         TraceJob(
             job_id=f"job-{i:05d}",
@@ -92,9 +130,27 @@ def generate_trace(
             gpus_max=int(min(max_gpus, sizes[i] * factors[i])),
             duration_s=round(float(durations[i]), 3),
             priority=int(priorities[i]),
+            gpu_classes=(
+                _class_subset(cluster, str(chosen_models[i]), int(sizes[i]), subset_draws[i])
+                if cluster is not None and constrained[i]
+                else ()
+            ),
         )
         for i in range(jobs)
     ]
+
+
+def _class_subset(cluster: Cluster, model: str, gpus: int, draws: np.ndarray) -> tuple[str, ...]:
+    """One or two of the classes that can hold the job, in the cluster's listed order; () if fewer
+    than two classes can (a restriction to the only possible class would change nothing)."""
+    totals = cluster.gpus_per_class()
+    able = [c.name for c in cluster.classes if MODELS[model].fits(c) and totals[c.name] >= gpus]
+    if len(able) < 2:
+        return ()
+    size = 1 + int(draws[0] * min(2, len(able) - 1))
+    start = int(draws[1] * len(able))
+    picked = {able[(start + k) % len(able)] for k in range(size)}
+    return tuple(c for c in able if c in picked)
 
 
 def trace_to_csv(jobs: Sequence[TraceJob]) -> str:
@@ -102,13 +158,17 @@ def trace_to_csv(jobs: Sequence[TraceJob]) -> str:
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for job in jobs:
-        writer.writerow(job.model_dump())
+        row = job.model_dump()
+        row["gpu_classes"] = CLASS_SEPARATOR.join(job.gpu_classes)
+        writer.writerow(row)
     return out.getvalue()
 
 
-def trace_from_csv(text: str) -> list[TraceJob]:
+def trace_from_csv(text: str, known_classes: Sequence[str] | None = None) -> list[TraceJob]:
+    """Rows of a trace CSV; with ``known_classes`` (the cluster's), a row naming another class in
+    ``gpu_classes`` fails with its line."""
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise TraceError(f"header: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}")
     jobs: list[TraceJob] = []
@@ -123,6 +183,12 @@ def trace_from_csv(text: str) -> list[TraceJob]:
             where = ".".join(str(x) for x in first["loc"])
             message = str(first["msg"]).removeprefix("Value error, ")
             raise TraceError(f"line {line}: {where + ': ' if where else ''}{message}") from exc
+        unknown = [c for c in jobs[-1].gpu_classes if known_classes is not None and c not in known_classes]
+        if unknown:
+            raise TraceError(
+                f"line {line}: gpu_classes: unknown class(es) {', '.join(unknown)}; use classes of the "
+                f"cluster ({', '.join(known_classes or ())}) or leave the column empty for any class"
+            )
     ids = [j.job_id for j in jobs]
     if len(set(ids)) != len(ids):
         repeated = sorted({i for i in ids if ids.count(i) > 1})
@@ -132,8 +198,8 @@ def trace_from_csv(text: str) -> list[TraceJob]:
     return sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
 
 
-def load_trace(path: Path) -> list[TraceJob]:
-    return trace_from_csv(path.read_text())
+def load_trace(path: Path, known_classes: Sequence[str] | None = None) -> list[TraceJob]:
+    return trace_from_csv(path.read_text(), known_classes)
 
 
 def save_trace(jobs: Sequence[TraceJob], path: Path) -> None:

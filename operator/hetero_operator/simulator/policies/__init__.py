@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hetero_operator.simulator.policies.backfill import FifoBackfillPolicy, GreedyFastestPolicy
 from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.policies.fifo import FifoGangPolicy
 from hetero_operator.simulator.policies.gavel import GavelPolicy
-from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy, operator_defaults
+from hetero_operator.simulator.policies.heterotrain import HeterotrainPolicy
 
 POLICIES: dict[str, Callable[[], SchedulingPolicy]] = {
     "fifo": FifoGangPolicy,
+    "fifo-backfill": FifoBackfillPolicy,
+    "greedy-fastest": GreedyFastestPolicy,
     "gavel": GavelPolicy,
     "heterotrain": HeterotrainPolicy,
-    "heterotrain-default": operator_defaults,
 }
 
 
@@ -27,8 +29,10 @@ def make_policy(name: str) -> SchedulingPolicy:
 
 __all__ = [
     "POLICIES",
+    "FifoBackfillPolicy",
     "FifoGangPolicy",
     "GavelPolicy",
+    "GreedyFastestPolicy",
     "HeterotrainPolicy",
     "SchedulingPolicy",
     "make_policy",

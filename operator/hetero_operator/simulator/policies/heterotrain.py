@@ -1,9 +1,10 @@
-"""heterotrain: the operator's own scheduler cycle (mixed classes, optimal batch split, HetPipe
-virtual workers, priority preemption), under a `SchedulerConfig`.
+"""heterotrain: the operator's own scheduler cycle under the operator's default `SchedulerConfig`.
 
-``heterotrain`` runs without head reservations and without elastic growth: in simulation both cost
-average job completion time (reservations leave GPUs idle while a large head waits; grown jobs keep
-GPUs that later arrivals need). ``heterotrain-default`` runs the operator's default configuration.
+There is one configuration: what the operator runs by default is what the simulator reports. It
+places each job on one class unless a mix of classes earns its keep, breaks near-ties toward cheaper
+GPUs (so fast ones stay for jobs that gain most), backfills, runs models too big for a small class as
+HetPipe virtual workers, grows jobs and moves them onto faster GPUs while those sit idle (and gives
+grown GPUs back to a waiting head), and lets higher-priority heads preempt.
 """
 
 from __future__ import annotations
@@ -12,20 +13,13 @@ from dataclasses import dataclass, field
 
 from hetero_operator.scheduler import Decisions, SchedulerConfig, Snapshot, schedule
 
-THROUGHPUT_FIRST = SchedulerConfig(elastic=False, head_reservations=False)
-
 
 @dataclass(slots=True)
 class HeterotrainPolicy:
-    config: SchedulerConfig = field(default_factory=lambda: THROUGHPUT_FIRST)
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
     name: str = "heterotrain"
     pipelines: bool = True
     round_s: float | None = None
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         return schedule(snapshot, self.config)
-
-
-def operator_defaults() -> HeterotrainPolicy:
-    """The scheduler exactly as the operator ships it (elastic growth, head reservations)."""
-    return HeterotrainPolicy(SchedulerConfig(), name="heterotrain-default")
