@@ -54,13 +54,20 @@ def test_gangs_are_whole_and_within_bounds(snapshot: Snapshot) -> None:
 @PROPERTY_SETTINGS
 @given(small_snapshots())
 def test_victims_are_preemptible_and_lower_priority_than_a_waiting_job(snapshot: Snapshot) -> None:
+    """Only a lower-priority job is preempted or shrunk below its gang size; a job of a waiting job's
+    own priority may only give back GPUs it grew into (reclaim_growth, on by default)."""
     decisions = schedule(snapshot)
     jobs = {j.key: j for j in snapshot.jobs}
     waiting_priorities = [jobs[k].priority for k in decisions.unschedulable]
     for key in [*decisions.preempt, *decisions.shrink]:
         victim = jobs[key]
         assert victim.current is not None and victim.preemptible
-        assert any(p > victim.priority for p in waiting_priorities)
+        if any(p > victim.priority for p in waiting_priorities):
+            continue
+        assert key in decisions.shrink, f"{key} preempted without a higher-priority job waiting"
+        assert any(p == victim.priority for p in waiting_priorities)
+        kept = sum(w.gpus for w in decisions.shrink[key].allocation.workers)
+        assert kept >= victim.gpus_min, f"{key} shrunk below its gang size for an equal-priority job"
 
 
 @PROPERTY_SETTINGS
