@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 
 DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 GRACE_SECONDS = 60.0
-PASSES = 3  # digits_job: 3 passes over 1437 samples per epoch
+PASSES = 12  # `low` makes 12 passes over 1437 samples an epoch: epochs of several seconds
 DATASET = 1437 * PASSES
 STOPPED = re.compile(r"stopping on request \((.+?)\) at epoch (\d+) after (\d+) samples of it \((\d+) steps")
 RESUMED = re.compile(r"resuming from \S*-sample-(\d+)\.pt \((\d+) epochs done\), (\d+) samples into epoch")
@@ -75,11 +75,16 @@ def preempt_mid_epoch(bed: Testbed, cluster: Cluster, namespace: str) -> dict[st
     """Start `low`, let it finish an epoch and get into the next, then start `urgent` (priority 10)."""
     low = digits_job("low", namespace, epochs=4)
     low["spec"]["checkpoint"]["everyEpochs"] = 100  # only the requested checkpoint is taken mid-run
+    # Long epochs, so that the preemption lands inside the second one on a fast host too.
+    low["spec"]["env"] = [
+        *[e for e in low["spec"]["env"] if e["name"] != "DIGITS_PASSES_PER_EPOCH"],
+        {"name": "DIGITS_PASSES_PER_EPOCH", "value": str(PASSES)},
+    ]
     cluster.apply(low)
     cluster.until(lambda s: s.phase("low") == "Running", 120, "low to run")
     rank0 = wait_for(lambda: worker_run(bed, namespace, "low", 0, 0), 30, "low's rank 0")
     wait_for(rank0.progress, 180, "low's first epoch to end")
-    time.sleep(4.0)  # a few steps (about 1.3 s each) into the second epoch of about 12 s
+    time.sleep(2.0)  # a few steps into the second epoch (4x the first's samples of digits_job)
     urgent = digits_job("urgent", namespace, epochs=1)
     urgent["spec"]["priority"] = 10
     cluster.apply(urgent)

@@ -113,28 +113,6 @@ def test_preemption_checkpoints_the_lower_priority_job_first(operator: OperatorP
     assert preemptions and float(preemptions[0].split()[-1]) >= 1
 
 
-# `head` and `greedy` are created within the same second, and "greedy" sorts first by name: the
-# queue order must come from arrival (status.queuedAt), not creationTimestamp's whole seconds.
-def test_backfill_never_delays_the_head_of_the_queue(operator: OperatorProcess, jobs: Jobs) -> None:
-    jobs.apply(jobs.manifest("running", gpus=6, gpuClasses=["fast"]))
-    jobs.wait_phase("running", "Running")
-    jobs.apply(jobs.manifest("head", gpus=7, gpuClasses=["fast"]))
-    wait_for(lambda: jobs.condition("head", "Placed"), 20, "the head to wait")
-    jobs.apply(jobs.manifest("greedy", gpus=2, gpuClasses=["fast"]))
-    wait_for(lambda: jobs.condition("greedy", "Placed"), 20, "greedy to be considered")
-    jobs.apply(jobs.manifest("small", gpus=1, gpuClasses=["fast"]))
-    # One free fast GPU can go to a later job: when `running` ends, 7 are still there for the head.
-    jobs.wait_phase("small", "Running")
-    # Two cannot: the head would then wait for more than `running` to finish.
-    greedy = jobs.condition("greedy", "Placed")
-    assert greedy is not None and greedy["status"] == "False"
-    assert f"queued behind {jobs.namespace}/head" in greedy["message"]
-    assert stays(lambda: jobs.phase("greedy") == "Queued", 2)
-    jobs.finish(jobs.running_pods("running"), 0)
-    jobs.wait_phase("head", "Running")
-    assert classes_of(jobs, "head") == {"fast": 7}
-
-
 def test_mixed_classes_when_the_predicted_throughput_is_higher(operator: OperatorProcess, jobs: Jobs) -> None:
     jobs.apply(jobs.manifest("busy", gpus=6, gpuClasses=["fast"]))
     jobs.wait_phase("busy", "Running")

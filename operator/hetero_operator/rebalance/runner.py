@@ -95,6 +95,8 @@ class JobMemory:
     totals: dict[int, Totals] = field(default_factory=dict)
     watched_epoch: int = -1
     baselines: dict[int, dict[int, float]] = field(default_factory=dict)
+    # A change seen in one window only: it may have begun inside it, so the next window decides.
+    suspected: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
@@ -207,8 +209,9 @@ class Rebalancer:
     async def _watch(
         self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
     ) -> RebalanceDecision | None:
-        """One look at a settled split over the epochs since the last: a worker whose speed changed
-        reopens the decision, judged on that window alone."""
+        """One look at a settled split over the epochs since the last: a worker whose speed changed in
+        two windows in a row (the first may have begun before the change) reopens the decision,
+        judged on the second window alone."""
         plan = await self._current_plan(job, memory)
         if plan is None:
             return None
@@ -223,8 +226,14 @@ class Rebalancer:
             return None
         speeds = per_sample_seconds(recent, plan)
         changed = changed_speeds(memory.baselines.get(plan.version, {}), speeds)
-        if not changed:
+        first_sight = plan.version not in memory.suspected
+        if not changed or first_sight:
+            if changed:
+                memory.suspected[plan.version] = changed
+            else:
+                memory.suspected.pop(plan.version, None)
             return None
+        memory.suspected.pop(plan.version, None)
         log.info("%s/%s: %s", job.namespace, job.name, describe(changed))
         memory.baselines[plan.version] = speeds  # the same change does not reopen it twice
         memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now

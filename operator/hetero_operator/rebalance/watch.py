@@ -1,7 +1,7 @@
 """After a split has settled, the rebalancer keeps watching: every epoch it compares each worker's
 compute per sample over the last epoch with what it was when the split was decided, and a worker
-that became clearly slower or faster (a noisy neighbour, throttling, a recovery) reopens the
-decision with the new speeds. Pure: totals in, windows and changes out."""
+that became clearly slower or faster (a noisy neighbour, throttling, a recovery) over two epochs in
+a row reopens the decision with the new speeds. Pure: totals in, windows and changes out."""
 
 from __future__ import annotations
 
