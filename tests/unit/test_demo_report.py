@@ -14,8 +14,12 @@ def row(epoch: int, samples_per_second: float) -> EpochRow:
 def test_speed_up_over_the_control_and_the_ideal_of_the_measured_speeds() -> None:
     control = [row(1, 800.0), row(2, 1000.0), row(3, 1000.0), row(4, 1100.0)]  # steady: median of last 3
     job = [row(1, 900.0), row(2, 1500.0), row(3, 2000.0), row(4, 2100.0), row(5, 2200.0)]
-    compared = control_comparison(job, control, [400.0, 200.0, 100.0])
-    assert compared["steady_samples_per_second"] == 1000.0
+    # The control paced to a base device 10% slower than the job's: its speeds 360 : 180 : 90.
+    compared = control_comparison(job, control, [360.0, 180.0, 90.0], [400.0, 200.0, 100.0])
+    assert compared["raw_steady_samples_per_second"] == 1000.0
+    assert compared["steady_samples_per_second"] == pytest.approx(1000.0 * 700 / 630, rel=1e-4)
+    job = [row(r.epoch, r.samples_per_second * 700 / 630) for r in job]
+    compared = control_comparison(job, control, [360.0, 180.0, 90.0], [400.0, 200.0, 100.0])
     assert compared["ideal_speedup"] == pytest.approx(700.0 / 300.0)  # sum(v) / (n * min v)
     assert compared["speedup"] == pytest.approx(2.1)  # median of 2.0, 2.1, 2.2
     assert compared["of_ideal"] == pytest.approx(2.1 / (7 / 3))
@@ -24,5 +28,5 @@ def test_speed_up_over_the_control_and_the_ideal_of_the_measured_speeds() -> Non
 
 
 def test_without_a_control_nothing_is_claimed() -> None:
-    compared = control_comparison([row(1, 900.0)], [], [])
+    compared = control_comparison([row(1, 900.0)], [], [], [])
     assert compared["speedup"] is None and compared["ideal_speedup"] is None and compared["of_ideal"] is None

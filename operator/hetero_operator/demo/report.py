@@ -53,20 +53,35 @@ def speedup_vs_even(rows: Sequence[EpochRow], steady_epochs: int = 3) -> float |
 
 
 def control_comparison(
-    rows: Sequence[EpochRow], control: Sequence[EpochRow], speeds: Sequence[float], steady_epochs: int = 3
+    rows: Sequence[EpochRow],
+    control: Sequence[EpochRow],
+    control_speeds: Sequence[float],
+    own_speeds: Sequence[float],
+    steady_epochs: int = 3,
 ) -> dict[str, Any]:
-    """The job against its control run (the same job, rebalancing off, on the same nodes): each epoch's
-    samples/s over the control's steady state, and the ideal for the measured speeds (every worker
-    busy all step, against the even split, which waits for the slowest): sum(v) / (n * min(v))."""
-    steady = statistics.median([r.samples_per_second for r in control][-steady_epochs:]) if control else 0.0
-    ideal = sum(speeds) / (len(speeds) * min(speeds)) if speeds and min(speeds) > 0 else None
+    """The job against its control run (the same job, rebalancing off, on the same nodes).
+
+    Each run calibrates its simulated base device when it starts, so two runs of the same job can pace
+    to bases a few percent apart; the control's samples/s is brought to the job's base by the ratio of
+    the speeds each measured under the same even split. The ideal is that of the job's own speeds
+    (every worker busy all step, against the even split, which waits for the slowest): sum(v) / (n min v)."""
+    raw = statistics.median([r.samples_per_second for r in control][-steady_epochs:]) if control else 0.0
+    comparable = bool(control_speeds) and len(control_speeds) == len(own_speeds) and sum(control_speeds) > 0
+    base_ratio = sum(own_speeds) / sum(control_speeds) if comparable else None
+    steady = raw * base_ratio if base_ratio is not None else 0.0
+    ideal = (
+        sum(own_speeds) / (len(own_speeds) * min(own_speeds)) if own_speeds and min(own_speeds) > 0 else None
+    )
     per_epoch = [r.samples_per_second / steady if steady > 0 else None for r in rows]
     later = [x for x in per_epoch[-steady_epochs:] if x is not None]
     speedup = statistics.median(later) if later else None
     return {
         "samples_per_second": [round(r.samples_per_second, 2) for r in control],
+        "raw_steady_samples_per_second": round(raw, 2),
+        "measured_speeds": [round(v, 2) for v in control_speeds],
+        "own_speeds": [round(v, 2) for v in own_speeds],
+        "base_ratio": base_ratio,
         "steady_samples_per_second": round(steady, 2),
-        "measured_speeds": [round(v, 2) for v in speeds],
         "ideal_speedup": ideal,
         "speedup_per_epoch": per_epoch,
         "speedup": speedup,

@@ -175,8 +175,8 @@ class Followed:
     state: dict[str, Any]
     plans: dict[int, list[int]]
     rows: list[EpochRow]
-    # Halfway through the time it was seen Running: every worker is up and scraped then (its series
-    # go stale once its pod ends, and the pods of a job end one by one).
+    # Halfway through the time it was seen Running its first plan: every worker is up and scraped
+    # then (a job's series go stale once its pods end, and they end one by one).
     running_at: float | None = None
 
 
@@ -197,9 +197,9 @@ def follow(
     with Live(console=console, refresh_per_second=2) as live:
         while time.monotonic() - started < timeout_seconds:
             state = _job(testbed, name)
-            if (state.get("status") or {}).get("phase") == "Running":
-                running.append(time.time())
             plan = (state.get("status") or {}).get("plan") or {}
+            if (state.get("status") or {}).get("phase") == "Running" and plan.get("version") == 1:
+                running.append(time.time())
             if plan.get("version"):
                 plans[int(plan["version"])] = list(plan.get("localBatches") or [])
             if on_tick is not None:
@@ -261,14 +261,20 @@ def run_demo(
             if control is not None:
                 console.print("control run: the same job with rebalancing off")
                 baseline = follow(testbed, control, console, settings.timeout_seconds)
-                name, split = control["metadata"]["name"], baseline.plans.get(1, [])
-                speeds = measured_speeds(testbed.prometheus_url, name, split, baseline.running_at)
+                control_name, split = control["metadata"]["name"], baseline.plans.get(1, [])
+                speeds = measured_speeds(testbed.prometheus_url, control_name, split, baseline.running_at)
                 compared = (baseline.rows, speeds)
             followed = follow(testbed, job, console, settings.timeout_seconds, on_tick)
             status = followed.state.get("status") or {}
             report = build_report(followed.rows, status.get("rebalances") or [])
             if compared is not None:
-                report["control"] = control_comparison(followed.rows, *compared)
+                own = measured_speeds(
+                    testbed.prometheus_url,
+                    job["metadata"]["name"],
+                    followed.plans.get(1, []),
+                    followed.running_at,
+                )
+                report["control"] = control_comparison(followed.rows, *compared, own)
             report.update(phase=status.get("phase"), status=status, prometheus=testbed.prometheus_url)
             (output / "report.json").write_text(json.dumps(report, indent=2))
             if followed.rows:
