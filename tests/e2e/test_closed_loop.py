@@ -133,17 +133,18 @@ def demo_run(
 
 def test_simulated_speeds_hold(demo_run: DemoRun) -> None:
     """The workers' achieved speeds under the even split, per sample from Prometheus, are the
-    nominal 1 : 0.5 : 0.25 within 5%: without that the split below has nothing true to follow."""
-    compute = demo_run.even_compute
-    assert sorted(compute) == [0, 1, 2], f"compute times under the even split: {compute}"
-    even = next(row["local_batches"] for row in demo_run.report["per_epoch"] if row["plan_version"] == 1)
-    per_sample = [compute[rank] / even[rank] for rank in range(3)]
-    achieved = [per_sample[0] / t for t in per_sample]
+    nominal 1 : 0.5 : 0.25 within 5%: without that the split below has nothing true to follow.
+    Measured on the control run (the same job and split, rebalancing off), three quarters into it:
+    a mean over the job's first plan alone is taken from few epochs, whose short last steps are
+    split unevenly and move one rank's per-sample mean by several percent."""
+    speeds = demo_run.report["control"]["measured_speeds"]
+    assert len(speeds) == 3, f"speeds under the even split: {speeds}"
+    achieved = [v / speeds[0] for v in speeds]
     print(f"achieved speed ratios {[round(a, 4) for a in achieved]} against {list(NOMINAL_SPEEDS)}")
     for rank, (got, want) in enumerate(zip(achieved, NOMINAL_SPEEDS, strict=True)):
         assert abs(got / want - 1) <= SPEED_TOLERANCE, (
             f"rank {rank} ran at {got:.3f} of rank 0's speed, not {want} (within {SPEED_TOLERANCE:.0%}): "
-            f"per-sample compute ms {[round(1e3 * t, 4) for t in per_sample]}"
+            f"samples/s of compute {speeds}"
         )
 
 

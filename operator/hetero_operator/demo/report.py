@@ -63,15 +63,18 @@ def control_comparison(
 
     Each run calibrates its simulated base device when it starts, so two runs of the same job can pace
     to bases a few percent apart; the control's samples/s is brought to the job's base by the ratio of
-    the speeds each measured under the same even split. The ideal is that of the job's own speeds
-    (every worker busy all step, against the even split, which waits for the slowest): sum(v) / (n min v)."""
+    the speeds each measured under the same even split. The ideal is that of the speeds measured under
+    the control (every worker busy all step, against the even split, which waits for the slowest):
+    sum(v) / (n min v)."""
     raw = statistics.median([r.samples_per_second for r in control][-steady_epochs:]) if control else 0.0
-    comparable = bool(control_speeds) and len(control_speeds) == len(own_speeds) and sum(control_speeds) > 0
-    base_ratio = sum(own_speeds) / sum(control_speeds) if comparable else None
+    comparable = bool(control_speeds) and len(control_speeds) == len(own_speeds) and min(control_speeds) > 0
+    # The median rank's ratio: one rank's mean can be off when an epoch's short last step is split
+    # unevenly, and the base is the same for every rank.
+    ratios = [own / ctrl for own, ctrl in zip(own_speeds, control_speeds, strict=False)] if comparable else []
+    base_ratio = statistics.median(ratios) if ratios else None
     steady = raw * base_ratio if base_ratio is not None else 0.0
-    ideal = (
-        sum(own_speeds) / (len(own_speeds) * min(own_speeds)) if own_speeds and min(own_speeds) > 0 else None
-    )
+    slowest = min(control_speeds) if control_speeds else 0.0
+    ideal = sum(control_speeds) / (len(control_speeds) * slowest) if slowest > 0 else None
     per_epoch = [r.samples_per_second / steady if steady > 0 else None for r in rows]
     later = [x for x in per_epoch[-steady_epochs:] if x is not None]
     speedup = statistics.median(later) if later else None

@@ -175,8 +175,8 @@ class Followed:
     state: dict[str, Any]
     plans: dict[int, list[int]]
     rows: list[EpochRow]
-    # Halfway through the time it was seen Running its first plan: every worker is up and scraped
-    # then (a job's series go stale once its pods end, and they end one by one).
+    # Three quarters into the time it was seen Running its first plan: every worker is up and has
+    # been scraped then (a job's series go stale once its pods end, and they end one by one).
     running_at: float | None = None
 
 
@@ -209,7 +209,7 @@ def follow(
             if (state.get("status") or {}).get("phase") in TERMINAL:
                 break
             time.sleep(1.0)
-    middle = running[len(running) // 2] if running else None
+    middle = running[3 * len(running) // 4] if running else None
     return Followed(state, plans, epoch_rows(_progress_lines(testbed, name), plans), middle)
 
 
