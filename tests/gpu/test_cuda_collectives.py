@@ -27,9 +27,9 @@ from tests.gpu.devices import gpus, need_gpus
 from tests.runtime.spawn import run_ranks
 from torch import nn
 
-from hetero_operator.plan import Precision
+from hetero_operator.plan import Precision, Strategy
 from hetero_runtime.local import free_port
-from hetero_runtime.precision import MixedPrecision, device_has_bf16
+from hetero_runtime.precision import MixedPrecision, device_has_bf16, resolve_precision
 from hetero_runtime.strategies.data import synchronize_gradients
 
 pytestmark = pytest.mark.timeout(300)
@@ -117,10 +117,14 @@ def test_fp16_loss_scaling_over_nccl(tmp_path: Path) -> None:
     check_fp16(run_ranks("mixed_precision.py", 3, tmp_path, timeout=240, extra_env=extra))
 
 
-def test_bf16_autocast_where_the_gpu_has_it() -> None:
+def test_auto_picks_bf16_where_the_gpu_has_it_and_autocasts_to_it() -> None:
     device = torch.device("cuda:0")
-    if not device_has_bf16(device):
-        pytest.skip("this GPU has no bf16 (compute capability < 8.0): auto picks fp16 here")
+    has_bf16 = torch.cuda.get_device_capability(device)[0] >= 8  # Ampere and later
+    assert device_has_bf16(device) is has_bf16
+    chosen = resolve_precision(Precision.AUTO, "cuda", has_bf16, Strategy.DATA)
+    assert chosen is (Precision.BF16 if has_bf16 else Precision.FP16)
+    if chosen is Precision.FP16:
+        return  # fp16 with loss scaling is checked by test_fp16_loss_scaling_on_one_shared_gpu
     amp = MixedPrecision(Precision.BF16, device)
     model = nn.Linear(16, 4).to(device)
     with amp.autocast():

@@ -229,18 +229,9 @@ def _make_room(
     """Room for a waiting head on one class it fits (fastest first), as placement wants it; on any
     mix of its classes only when no single class can hold it."""
     whole = [c for c in order if ctx.state.capacity[c] >= want]
-    if not whole:
-        return plan_preemption(
-            head,
-            want,
-            running,
-            victims,
-            ctx,
-            budgets,
-            reclaim_growth=config.reclaim_growth,
-            preempt=config.priority_preemption,
-        )
-    for gpu_class in whole:
+    # One class at a time, fastest first; any mix of its classes only when no single class can hold it.
+    scopes: list[frozenset[str] | None] = [frozenset({c}) for c in whole] if whole else [None]
+    for within in scopes:
         plan = plan_preemption(
             head,
             want,
@@ -249,7 +240,7 @@ def _make_room(
             ctx,
             budgets,
             reclaim_growth=config.reclaim_growth,
-            within=frozenset({gpu_class}),
+            within=within,
             preempt=config.priority_preemption,
         )
         if plan is not None:
