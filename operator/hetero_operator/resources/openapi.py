@@ -13,34 +13,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-# Reading order of keys in each generated node, so the YAML diff stays readable.
-_KEY_ORDER = (
-    "description",
-    "type",
-    "format",
-    "enum",
-    "default",
-    "minimum",
-    "exclusiveMinimum",
-    "maximum",
-    "exclusiveMaximum",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "minItems",
-    "maxItems",
-    "minProperties",
-    "maxProperties",
-    "nullable",
-    "x-kubernetes-preserve-unknown-fields",
-    "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys",
-    "items",
-    "additionalProperties",
-    "required",
-    "properties",
-    "x-kubernetes-validations",
-)
+from hetero_operator.resources.structural import SCHEMA_KEYS
+
 _NULL_BRANCH = {"type": "null"}
 
 
@@ -124,7 +98,7 @@ def _inline(node: dict[str, Any], definitions: dict[str, Any], path: str) -> dic
 
 
 def _ordered(node: dict[str, Any]) -> dict[str, Any]:
-    rank = {key: index for index, key in enumerate(_KEY_ORDER)}
+    rank = {key: index for index, key in enumerate(SCHEMA_KEYS)}
     return dict(sorted(node.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
 
 

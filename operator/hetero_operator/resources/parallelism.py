@@ -11,17 +11,8 @@ from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
 
+from hetero_operator.plan import Strategy
 from hetero_operator.resources.base import CelRule, WireModel, cel_rules
-
-
-class Strategy(StrEnum):
-    """How workers share the model and the data."""
-
-    DATA = "data"
-    HETPIPE = "hetpipe"
-    ESYNC = "esync"
-    DREAMDDP = "dreamddp"
-    SESGD = "sesgd"
 
 
 class AllocationPolicy(StrEnum):

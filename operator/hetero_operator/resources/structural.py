@@ -10,35 +10,36 @@ from __future__ import annotations
 import re
 from typing import Any
 
-ALLOWED_KEYS = frozenset(
-    {
-        "description",
-        "type",
-        "format",
-        "enum",
-        "default",
-        "minimum",
-        "exclusiveMinimum",
-        "maximum",
-        "exclusiveMaximum",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "minItems",
-        "maxItems",
-        "minProperties",
-        "maxProperties",
-        "nullable",
-        "required",
-        "items",
-        "properties",
-        "additionalProperties",
-        "x-kubernetes-preserve-unknown-fields",
-        "x-kubernetes-list-type",
-        "x-kubernetes-list-map-keys",
-        "x-kubernetes-validations",
-    }
+# Every key a CRD schema node may carry, in the order the generator writes them (so its YAML diff
+# stays readable).
+SCHEMA_KEYS = (
+    "description",
+    "type",
+    "format",
+    "enum",
+    "default",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "nullable",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "items",
+    "additionalProperties",
+    "required",
+    "properties",
+    "x-kubernetes-validations",
 )
+ALLOWED_KEYS = frozenset(SCHEMA_KEYS)
 TYPES = frozenset({"object", "array", "string", "integer", "number", "boolean"})
 FORMATS = frozenset({"date-time", "date", "int32", "int64", "float", "double", "byte", "uri", "email"})
 CEL_REASONS = frozenset(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from hetero_operator.scheduler import Allocation, Decisions, JobRequest, Snapshot
 from hetero_operator.scheduler.free_index import ClusterState
 from hetero_operator.scheduler.queueing import scheduling_order
-from hetero_operator.simulator.policies.base import decisions, take_one_class
+from hetero_operator.simulator.policies.base import commit_first_fitting, decisions
 
 ClassOrder = Callable[[JobRequest, ClusterState, list[str]], list[str]]
 
@@ -49,13 +49,9 @@ def backfill_one_class(snapshot: Snapshot, class_order: ClassOrder) -> Decisions
     waiting: dict[str, str] = {}
     for job in scheduling_order(j for j in snapshot.jobs if j.current is None):
         allowed = [c for c in listed if job.allows(c)]
-        for gpu_class in class_order(job, state, allowed):
-            taken = take_one_class(state, gpu_class, job.gpus_min)
-            if taken is not None:
-                picks, allocation = taken
-                state.commit(job.key, picks)
-                place[job.key] = allocation
-                break
+        allocation = commit_first_fitting(state, job, class_order(job, state, allowed))
+        if allocation is not None:
+            place[job.key] = allocation
         else:
             waiting[job.key] = f"no allowed class has {job.gpus_min} free GPUs (later jobs may start)"
     return decisions(snapshot, state, place, waiting, {})

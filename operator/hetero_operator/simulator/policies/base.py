@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from hetero_operator.scheduler import Allocation, CycleMetrics, Decisions, Preemption, Resize, Snapshot
+from hetero_operator.scheduler import (
+    Allocation,
+    CycleMetrics,
+    Decisions,
+    JobRequest,
+    Preemption,
+    Resize,
+    Snapshot,
+)
 from hetero_operator.scheduler.free_index import ClusterState, NodeTake
 from hetero_operator.scheduler.placement import data_parallel_allocation
 from hetero_operator.scheduler.reasons import WaitCode, WaitReason
@@ -31,6 +39,17 @@ def take_one_class(
     if picks is None:
         return None
     return picks, data_parallel_allocation(Counter(dict(picks)), state)
+
+
+def commit_first_fitting(state: ClusterState, job: JobRequest, classes: Iterable[str]) -> Allocation | None:
+    """The job's `gpus.min` GPUs on the first of `classes` that has them free, committed to `state`."""
+    for gpu_class in classes:
+        taken = take_one_class(state, gpu_class, job.gpus_min)
+        if taken is not None:
+            picks, allocation = taken
+            state.commit(job.key, picks)
+            return allocation
+    return None
 
 
 def decisions(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hetero_operator.scheduler import Allocation, Decisions, Snapshot
 from hetero_operator.scheduler.free_index import ClusterState
 from hetero_operator.scheduler.queueing import scheduling_order
-from hetero_operator.simulator.policies.base import decisions, take_one_class
+from hetero_operator.simulator.policies.base import commit_first_fitting, decisions
 
 
 @dataclass(slots=True)
@@ -33,15 +33,10 @@ class FifoGangPolicy:
                 waiting[job.key] = f"waiting behind {blocked_by} (strict FIFO)"
                 continue
             free = state.free_gpus()
-            for gpu_class in sorted(class_order, key=lambda c: -free[c]):
-                if not job.allows(gpu_class):
-                    continue
-                taken = take_one_class(state, gpu_class, job.gpus_min)
-                if taken is not None:
-                    picks, allocation = taken
-                    state.commit(job.key, picks)
-                    place[job.key] = allocation
-                    break
+            allowed = [c for c in sorted(class_order, key=lambda c: -free[c]) if job.allows(c)]
+            allocation = commit_first_fitting(state, job, allowed)
+            if allocation is not None:
+                place[job.key] = allocation
             else:
                 waiting[job.key] = f"no allowed class has {job.gpus_min} free GPUs"
                 blocked_by = job.key
