@@ -200,9 +200,12 @@ class FakeKube:
         self._store(key, merge(current, {"metadata": {"finalizers": remaining or None}}))
         self._finish_if_released(key)
 
-    async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
+    async def delete(self, path: str, grace_seconds: int | None = None, uid: str | None = None) -> bool:
         self._check("DELETE", path)
         plural, namespace, name, _ = _parse(path)
+        current = self.objects.get((plural, namespace, name or ""))
+        if uid and current is not None and current["metadata"].get("uid") != uid:
+            raise KubeError(409, "DELETE", path, "Precondition failed: UID in precondition does not match")
         return self.remove((plural, namespace, name or ""))
 
     async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:
