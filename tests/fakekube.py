@@ -258,14 +258,20 @@ class FakeKube:
             if p == plural and (namespace is None or ns == namespace)
         ]
 
-    def set_pod(self, namespace: str, name: str, phase: str, exit_code: int | None = None) -> None:
-        """What a kubelet reports: the pod's phase and, once it ended, its container's exit code."""
+    def set_pod(
+        self, namespace: str, name: str, phase: str, exit_code: int | None = None, waiting: str | None = None
+    ) -> None:
+        """What a kubelet reports: the pod's phase and, once it ended, its container's exit code, or
+        while it cannot start, why its container waits (ErrImagePull, ...)."""
         key = ("pods", namespace, name)
         status: dict[str, Any] = {"phase": phase}
         if exit_code is not None:
             status["containerStatuses"] = [
                 {"name": "worker", "state": {"terminated": {"exitCode": exit_code}}}
             ]
+        if waiting is not None:
+            state = {"waiting": {"reason": waiting, "message": f"{waiting} for the worker image"}}
+            status["containerStatuses"] = [{"name": "worker", "state": state}]
         self._store(key, merge(self.objects[key], {"status": status}))
 
     @property

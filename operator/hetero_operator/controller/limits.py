@@ -136,8 +136,8 @@ def _start_due(seen: Observation, status: HeteroTrainJobStatus, config: Lifecycl
 def _not_started(
     seen: Observation, status: HeteroTrainJobStatus, config: LifecycleConfig
 ) -> tuple[PodFacts, float] | None:
-    """A worker still Pending at the start timeout, and the seconds its start has taken. A failed
-    worker is left to the restart policy."""
+    """A worker still Pending at the start timeout (one whose container says why it waits, if any),
+    and the seconds its start has taken. A failed worker is left to the restart policy."""
     due = _start_due(seen, status, config)
     pods = _starting_pods(seen, status)
     if due is None or seen.now < due or any(p.phase == "Failed" for p in pods):
@@ -145,6 +145,7 @@ def _not_started(
     pending = [p for p in pods if p.phase == "Pending" and not p.deleting]
     if not pending:
         return None
+    pending.sort(key=lambda p: p.waiting_reason is None)  # one that says why first
     timeout = _start_timeout(seen.job, config) or 0.0
     return pending[0], round(seen.now - due + timeout)
 
