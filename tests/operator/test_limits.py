@@ -189,3 +189,34 @@ def test_other_exit_codes_still_restart() -> None:
     spec = {"restartPolicy": {"maxRestarts": 5, "nonRetryableExitCodes": [42]}}
     step = step_at(status_in(Phase.RUNNING), pods, NOW, **spec)
     assert step.status.phase is Phase.RESTARTING and step.status.restarts == 1
+
+
+def test_pod_facts_keep_the_creation_time_and_why_a_container_waits() -> None:
+    body = {
+        "metadata": {"name": "train-g0-w1", "namespace": "team", "creationTimestamp": "2027-01-15T08:00:00Z"},
+        "spec": {"nodeName": "node-b"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "worker",
+                    "state": {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s" not found'}
+                    },
+                }
+            ],
+        },
+    }
+    facts = PodFacts.from_body(body)
+    assert facts.created_at == datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()
+    assert (facts.waiting_reason, facts.waiting_message) == (
+        "CreateContainerConfigError",
+        'secret "s" not found',
+    )
+    unscheduled = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    }
+    assert PodFacts.from_body(unscheduled).waiting_reason == "Unschedulable"
