@@ -200,9 +200,12 @@ class FakeKube:
         self._store(key, merge(current, {"metadata": {"finalizers": remaining or None}}))
         self._finish_if_released(key)
 
-    async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
+    async def delete(self, path: str, grace_seconds: int | None = None, uid: str | None = None) -> bool:
         self._check("DELETE", path)
         plural, namespace, name, _ = _parse(path)
+        current = self.objects.get((plural, namespace, name or ""))
+        if uid and current is not None and current["metadata"].get("uid") != uid:
+            raise KubeError(409, "DELETE", path, "Precondition failed: UID in precondition does not match")
         return self.remove((plural, namespace, name or ""))
 
     async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:
@@ -255,14 +258,20 @@ class FakeKube:
             if p == plural and (namespace is None or ns == namespace)
         ]
 
-    def set_pod(self, namespace: str, name: str, phase: str, exit_code: int | None = None) -> None:
-        """What a kubelet reports: the pod's phase and, once it ended, its container's exit code."""
+    def set_pod(
+        self, namespace: str, name: str, phase: str, exit_code: int | None = None, waiting: str | None = None
+    ) -> None:
+        """What a kubelet reports: the pod's phase and, once it ended, its container's exit code, or
+        while it cannot start, why its container waits (ErrImagePull, ...)."""
         key = ("pods", namespace, name)
         status: dict[str, Any] = {"phase": phase}
         if exit_code is not None:
             status["containerStatuses"] = [
                 {"name": "worker", "state": {"terminated": {"exitCode": exit_code}}}
             ]
+        if waiting is not None:
+            state = {"waiting": {"reason": waiting, "message": f"{waiting} for the worker image"}}
+            status["containerStatuses"] = [{"name": "worker", "state": state}]
         self._store(key, merge(self.objects[key], {"status": status}))
 
     @property

@@ -74,6 +74,11 @@ class Cluster:
         """A fresh operator (after a restart: nothing remembered, everything read again)."""
         return SchedulingLoop(self.kube, self.kube.indexes, self.config, OperatorMetrics(), clock=self.clock)
 
+    def advance(self, seconds: float) -> None:
+        """Move the operator's clock and the API server's together (creation times follow)."""
+        self.clock.advance(seconds)
+        self.kube.now = self.clock.now
+
     def submit(self, name: str, labels: Mapping[str, str] | None = None, **spec: Any) -> None:
         body = job_body(name, **spec)
         del body["metadata"]["uid"], body["metadata"]["generation"]

@@ -177,3 +177,36 @@ def test_status_is_validated_too(testbed: Any, namespace: str) -> None:
     assert result.returncode != 0
     for field in ("status.phase", "status.restarts", "status.rebalances[0].epoch"):
         assert field in result.stderr, result.stderr
+
+
+UPDATES = yaml.safe_load((REPO / "tests" / "data" / "job_updates.yaml").read_text())
+
+
+def test_fields_fixed_while_workers_run_are_refused_naming_the_field(testbed: Any, namespace: str) -> None:
+    """One stored job walked through the update cases: each phase is written through the status
+    subresource, then the spec change is sent as a merge patch."""
+    base = UPDATES["base"]
+    name = base["metadata"]["name"]
+    testbed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base))
+
+    def change(case: dict[str, Any]) -> Any:
+        if case["phase"] is not None:
+            status = json.dumps({"status": {"phase": case["phase"]}})
+            testbed.kubectl(
+                "patch", "htj", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", status
+            )
+        patch = json.dumps({"spec": case["change"]})
+        return testbed.kubectl(
+            "patch", "htj", name, "-n", namespace, "--type=merge", "-p", patch, check=False
+        )
+
+    for case in UPDATES["refused"]:
+        result = change(case)
+        assert result.returncode != 0, f"accepted {case['id']}: {result.stdout}"
+        expected = f"{case['field']}: Forbidden: {case['field']} cannot change while the job's workers run"
+        assert expected in result.stderr, result.stderr
+    stored = get_json(testbed, "htj", name, "-n", namespace)
+    assert stored["spec"]["image"] == base["spec"]["image"]
+    for case in [c for c in UPDATES["allowed"] if c["phase"] is not None]:
+        result = change(case)
+        assert result.returncode == 0, f"refused {case['id']}: {result.stderr}"

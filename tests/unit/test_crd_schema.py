@@ -21,7 +21,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetero_operator.resources import GPUClass, HeteroTrainJob, InvalidResourceError, job_spec, parallelism
+from hetero_operator.resources import (
+    GPUClass,
+    HeteroTrainJob,
+    InvalidResourceError,
+    job_limits,
+    job_spec,
+    parallelism,
+)
 from hetero_operator.resources.base import CelRule
 from hetero_operator.resources.crd import all_crds, main, render, stale_files
 from hetero_operator.resources.structural import resolve_field_path, structural_violations
@@ -30,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
 EXAMPLES = REPO / "examples"
 INVALID_CASES = yaml.safe_load((REPO / "tests" / "data" / "invalid_manifests.yaml").read_text())
+UPDATES = yaml.safe_load((REPO / "tests" / "data" / "job_updates.yaml").read_text())
 CRDS = all_crds()
 SCHEMAS = {
     crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -125,18 +133,26 @@ _CEL = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
 
 
-def cel_holds(rule: str, value: Any) -> bool:
+def cel_holds(rule: str, value: Any, old: Any = None) -> bool:
     if rule not in _PROGRAMS:
         _PROGRAMS[rule] = _CEL.program(_CEL.compile(rule))
-    result = _PROGRAMS[rule].evaluate({"self": celpy.json_to_cel(value)})
+    bindings = {"self": celpy.json_to_cel(value)}
+    if old is not None:
+        bindings["oldSelf"] = celpy.json_to_cel(old)
+    result = _PROGRAMS[rule].evaluate(bindings)
     return isinstance(result, celpy.celtypes.BoolType) and bool(result)  # an evaluation error fails too
+
+
+def is_transition_rule(rule: str) -> bool:
+    """The API server runs a rule that reads oldSelf on updates only."""
+    return "oldSelf" in rule
 
 
 def cel_errors(schema: dict[str, Any], obj: Any) -> list[str]:
     errors = []
     for node, value, path in walk(schema, obj, ""):
         for validation in node.get("x-kubernetes-validations", []):
-            if not cel_holds(validation["rule"], value):
+            if not is_transition_rule(validation["rule"]) and not cel_holds(validation["rule"], value):
                 errors.append(f"{path}{validation.get('fieldPath', '')}: {validation['message']}")
     return errors
 
@@ -151,6 +167,40 @@ def emulated_create(manifest: dict[str, Any]) -> list[str]:
         + list_type_errors(schema, obj)
         + (cel_errors(schema, obj))
     )
+
+
+def stored_job(phase: str | None, spec_change: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The update cases' base job with `spec_change` merged into its spec, defaulted, in `phase`."""
+    obj = copy.deepcopy(UPDATES["base"])
+    if spec_change is not None:
+        obj["spec"] = merged(obj["spec"], spec_change)
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return dict(apply_defaults(SCHEMAS["HeteroTrainJob"], obj))
+
+
+def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """An RFC 7386 JSON merge patch applied to `base`."""
+    result = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def emulated_update(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Errors the API server's transition rules give for replacing `old` by `new` (they sit on the
+    root of the schema: see test_transition_rules_sit_on_the_root)."""
+    schema = SCHEMAS[new["kind"]]
+    return [
+        f"{validation.get('fieldPath', '').lstrip('.')}: {validation['message']}"
+        for validation in schema.get("x-kubernetes-validations", [])
+        if is_transition_rule(validation["rule"]) and not cel_holds(validation["rule"], new, old)
+    ]
 
 
 def example_manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -291,7 +341,11 @@ def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
         for module in (job_spec, parallelism)
-        for value in [*vars(module).values(), *parallelism.STRATEGY_PARAMETER_RULES.values()]
+        for value in [
+            *vars(module).values(),
+            *parallelism.STRATEGY_PARAMETER_RULES.values(),
+            *job_limits.IMMUTABLE_WHILE_RUNNING,
+        ]
         if isinstance(value, CelRule)
     }
     in_crd = cel_rules_in(SCHEMAS["HeteroTrainJob"]) + cel_rules_in(SCHEMAS["GPUClass"])
@@ -322,9 +376,42 @@ def test_every_cel_rule_is_exercised_by_an_invalid_case() -> None:
         obj = apply_defaults(schema, case["manifest"])
         for node, value, _ in walk(schema, obj, ""):
             broken |= {
-                v["rule"] for v in node.get("x-kubernetes-validations", []) if not cel_holds(v["rule"], value)
+                v["rule"]
+                for v in node.get("x-kubernetes-validations", [])
+                if not is_transition_rule(v["rule"]) and not cel_holds(v["rule"], value)
             }
+    for case in UPDATES["refused"]:
+        old, new = stored_job(case["phase"]), stored_job(case["phase"], case["change"])
+        broken |= {
+            v["rule"]
+            for v in SCHEMAS["HeteroTrainJob"]["x-kubernetes-validations"]
+            if not cel_holds(v["rule"], new, old)
+        }
     assert broken == set(cel_rules_in(SCHEMAS["HeteroTrainJob"]))
+
+
+def test_transition_rules_sit_on_the_root() -> None:
+    root = SCHEMAS["HeteroTrainJob"]
+    on_root = [v["rule"] for v in root["x-kubernetes-validations"]]
+    everywhere = [rule for rule in cel_rules_in(root) if is_transition_rule(rule)]
+    assert on_root == everywhere
+    assert len(on_root) == len(job_limits.FIELDS_FIXED_WHILE_RUNNING)
+
+
+@pytest.mark.parametrize("case", UPDATES["refused"], ids=[case["id"] for case in UPDATES["refused"]])
+def test_changes_under_running_workers_are_refused_naming_the_field(case: dict[str, Any]) -> None:
+    old, new = stored_job(case["phase"]), stored_job(case["phase"], case["change"])
+    errors = emulated_update(old, new)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"{case['field']}: {case['field']} cannot change while the job's workers run")
+    assert "delete and recreate" in errors[0]
+
+
+@pytest.mark.parametrize("case", UPDATES["allowed"], ids=[case["id"] for case in UPDATES["allowed"]])
+def test_allowed_changes_pass_the_transition_rules(case: dict[str, Any]) -> None:
+    old, new = stored_job(case["phase"]), stored_job(case["phase"], case["change"])
+    assert emulated_update(old, new) == []
+    assert emulated_create(new) == []
 
 
 def normalised(value: Any) -> Any:

@@ -48,6 +48,12 @@ class CreateGeneration:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteJob:
+    """Delete the job itself (its ttlSecondsAfterFinished has passed); the finalizer's clean-up then
+    removes what it owns."""
+
+
+@dataclass(frozen=True, slots=True)
 class PostEvent:
     event: JobEvent
 
@@ -90,7 +96,9 @@ class PatchWorkloadStatus:
 
 
 WorkloadAction = CreateWorkload | DeleteWorkloads | SetWorkloadActive | PatchWorkloadStatus
-Action = DeletePods | RequestCheckpoint | PublishPlan | CreateGeneration | PostEvent | WorkloadAction
+Action = (
+    DeletePods | RequestCheckpoint | PublishPlan | CreateGeneration | PostEvent | DeleteJob | WorkloadAction
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from hetero_operator.controller.actions import (
     CreateGeneration,
     CycleCounts,
     CyclePlan,
+    DeleteJob,
     DeletePods,
     Generation,
     InvalidMark,
@@ -126,7 +127,7 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
         jobs[key] = item
         restarts += step.restarted
         wakes += [step.wake_in] if step.wake_in is not None else []
-    requests = _requests(jobs, view, exact)
+    requests = _requests(jobs, view, exact, now)
     return Prepared(
         view,
         now,
@@ -222,6 +223,8 @@ def _step_actions(item: JobCycle, step: Step, view: ClusterView, in_flight: InFl
         create = _create_generation(item, step.status, view, in_flight)
         actions += [create] if create is not None else []
     actions += [PostEvent(event) for event in step.events]
+    if step.delete_job and item.key not in in_flight.busy:
+        actions.append(DeleteJob())
     return actions
 
 
@@ -245,7 +248,10 @@ def _create_generation(
 
 
 def _requests(
-    jobs: Mapping[str, JobCycle], view: ClusterView, kueue: Mapping[str, Mapping[str, int] | None]
+    jobs: Mapping[str, JobCycle],
+    view: ClusterView,
+    kueue: Mapping[str, Mapping[str, int] | None],
+    now: float,
 ) -> Iterable[JobRequest]:
     """Queued jobs ask for GPUs; jobs holding GPUs keep them. A job still carrying out an earlier
     decision (draining, or its old workers still stopping) is not moved again meanwhile. A job
@@ -254,7 +260,7 @@ def _requests(
     for key, item in jobs.items():
         status = item.status
         pods = view.pods_of(key)
-        role = scheduling_role(item.job, status, pods)
+        role = scheduling_role(item.job, status, pods, now)
         under_kueue = key in kueue
         if role is Role.QUEUED:
             if not under_kueue:

@@ -132,6 +132,9 @@ class PodFacts:
     exit_code: int | None = None
     deleting: bool = False
     checkpoint_requested: bool = False
+    created_at: float | None = None
+    waiting_reason: str | None = None  # why a container is not running yet, e.g. ErrImagePull
+    waiting_message: str = ""
 
     @property
     def live(self) -> bool:
@@ -150,6 +153,7 @@ class PodFacts:
             for name, value in amounts.items():
                 if "/" in name:
                     requested[name] = requested.get(name, 0) + _quantity(value)
+        waiting_reason, waiting_message = _waiting(status)
         return cls(
             namespace=str(metadata.get("namespace", "")),
             name=str(metadata.get("name", "")),
@@ -162,6 +166,9 @@ class PodFacts:
             exit_code=_exit_code(status),
             deleting=metadata.get("deletionTimestamp") is not None,
             checkpoint_requested=names.CHECKPOINT_REQUESTED_ANNOTATION in annotations,
+            created_at=timestamp(metadata.get("creationTimestamp")),
+            waiting_reason=waiting_reason,
+            waiting_message=waiting_message,
         )
 
 
@@ -176,6 +183,23 @@ def _exit_code(status: Mapping[str, Any]) -> int | None:
         if terminated is not None:
             return int(terminated.get("exitCode", 0))
     return None
+
+
+MAX_WAITING_MESSAGE = 200
+
+
+def _waiting(status: Mapping[str, Any]) -> tuple[str | None, str]:
+    """Why a pod does not run yet: a waiting container's reason (init containers first), else a
+    False pod condition's (Unschedulable, ...). The message is cut short: thousands of pods are kept."""
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return str(waiting["reason"]), str(waiting.get("message") or "")[:MAX_WAITING_MESSAGE]
+    for found in status.get("conditions") or []:
+        if found.get("status") == "False" and found.get("reason"):
+            return str(found["reason"]), str(found.get("message") or "")[:MAX_WAITING_MESSAGE]
+    return None, ""
 
 
 @dataclass(frozen=True, slots=True)

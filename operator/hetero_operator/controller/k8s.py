@@ -186,10 +186,12 @@ class KubeClient:
         ]
         await self._send("PATCH", path, body=ops, content_type=JSON_PATCH, accept=(404, 422))
 
-    async def delete(self, path: str, grace_seconds: int | None = None) -> bool:
-        """Delete; False if it was already gone."""
+    async def delete(self, path: str, grace_seconds: int | None = None, uid: str | None = None) -> bool:
+        """Delete; False if it was already gone. `uid`: only that object, not a namesake created since
+        (a 409 otherwise)."""
         params = {"gracePeriodSeconds": str(grace_seconds)} if grace_seconds is not None else None
-        status, _ = await self._send("DELETE", path, params=params, accept=(404,))
+        body = {"preconditions": {"uid": uid}} if uid else None
+        status, _ = await self._send("DELETE", path, body=body, params=params, accept=(404,))
         return status != 404
 
     async def delete_collection(self, kind: str, namespace: str, selector: str) -> None:

@@ -15,16 +15,11 @@ pods of an older one still run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from enum import StrEnum
-from typing import Annotated
 
-from pydantic import Field
-from pydantic.dataclasses import dataclass as settings
-
-from hetero_operator import plan as contract
-from hetero_operator.controller import names
+from hetero_operator.controller import limits, names
 from hetero_operator.controller.facts import PodFacts
 from hetero_operator.controller.job_conditions import (
     ConditionType,
@@ -33,6 +28,7 @@ from hetero_operator.controller.job_conditions import (
     is_true,
     set_condition,
 )
+from hetero_operator.controller.lifecycle_step import JobEvent, LifecycleConfig, Observation, Step
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
 from hetero_operator.controller.transitions import (
     HOLDING_PHASES,
@@ -43,67 +39,20 @@ from hetero_operator.controller.transitions import (
 )
 from hetero_operator.resources import Allocation, HeteroTrainJob, HeteroTrainJobStatus, Phase
 
-
-@settings(frozen=True)
-class LifecycleConfig:
-    """How jobs are stopped (the operator's settings)."""
-
-    checkpoint_grace_seconds: Annotated[
-        float,
-        Field(
-            ge=0,
-            description="Seconds a preempted, resized or suspended job's workers get to save a checkpoint "
-            "before their pods are deleted (they stop sooner once saved).",
-        ),
-    ] = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class JobEvent:
-    """A Kubernetes Event to post on the job."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What to do for one job after looking at it once. `publish_plan`: a plan to write over the
-    job's plan ConfigMap (a resized job's new split); `ensure_generation`: create the current
-    generation's objects if they are missing."""
-
-    status: HeteroTrainJobStatus
-    ensure_generation: bool = False
-    publish_plan: contract.Plan | None = None
-    delete_pods: tuple[str, ...] = ()
-    force_delete_pods: tuple[str, ...] = ()
-    request_checkpoint: tuple[str, ...] = ()
-    events: tuple[JobEvent, ...] = ()
-    wake_in: float | None = None
-    restarted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    job: HeteroTrainJob
-    pods: tuple[PodFacts, ...] = ()
-    lost_nodes: frozenset[str] = field(default_factory=frozenset)
-    now: float = 0.0
-    speeds: Mapping[str, float] = field(default_factory=dict)  # GPUClass relativeSpeed priors
-
-
 # --- the reconcile step --------------------------------------------------------------------------
 
 
 def reconcile(seen: Observation, config: LifecycleConfig) -> Step:
-    """The next status and actions for one job, from its status and its pods."""
-    job = seen.job
-    status = job.status or HeteroTrainJobStatus()
-    phase = status.phase
-    if phase is None or not is_true(status, ConditionType.VALID):
+    """The next status and actions for one job, from its status, its pods and the time."""
+    status = seen.job.status or HeteroTrainJobStatus()
+    if status.phase is None or not is_true(status, ConditionType.VALID):
         return Step(status)
-    pods = seen.pods
+    step = limits.over_limit(seen, status, config) or _step(seen, status, config)
+    return limits.with_times(step, seen, config)
+
+
+def _step(seen: Observation, status: HeteroTrainJobStatus, config: LifecycleConfig) -> Step:
+    job, phase, pods = seen.job, status.phase, seen.pods
     if phase in TERMINAL_PHASES:
         leftovers = [p for p in pods if p.live and not p.deleting] + _stale(pods, status)
         return Step(status, delete_pods=_names({p.name: p for p in leftovers}.values()))
@@ -116,7 +65,8 @@ def reconcile(seen: Observation, config: LifecycleConfig) -> Step:
     if job.spec.suspend:
         return _suspend(seen, status, config)
     if phase is Phase.QUEUED or not workers:
-        return Step(status, delete_pods=_names(p for p in pods if p.live and not p.deleting))
+        stopping = _names(p for p in pods if p.live and not p.deleting)
+        return Step(status, delete_pods=stopping, wake_in=limits.retry_wait(job, status, seen.now))
     lost = sorted({w.node for w in workers} & seen.lost_nodes)
     if lost:
         return _node_lost(seen, status, lost)
@@ -269,8 +219,7 @@ def _node_lost(seen: Observation, status: HeteroTrainJobStatus, lost: Sequence[s
 
 
 def _backoff(status: HeteroTrainJobStatus, job: HeteroTrainJob) -> float:
-    base = job.spec.restart_policy.backoff_seconds
-    return float(base * 2 ** max(status.restarts - 1, 0))
+    return limits.backoff(status.restarts, job)
 
 
 def _restarting(seen: Observation, status: HeteroTrainJobStatus) -> Step:
@@ -308,6 +257,9 @@ def _starting_or_running(seen: Observation, status: HeteroTrainJobStatus) -> Ste
     expected = [names.pod_name(seen.job.name, allocation.generation, w.rank) for w in allocation.workers]
     failed = [current[n] for n in expected if n in current and current[n].phase == "Failed"]
     missing = [n for n in expected if n not in current]
+    fatal = limits.fatal_exit(seen, status, failed)
+    if fatal is not None:
+        return fatal
     if failed:
         pod = failed[0]
         return _failure(seen, status, f"worker pod {pod.name} failed with exit code {pod.exit_code}")
@@ -367,11 +319,15 @@ class Role(StrEnum):
     NONE = "none"
 
 
-def scheduling_role(job: HeteroTrainJob, status: HeteroTrainJobStatus, pods: Sequence[PodFacts]) -> Role:
+def scheduling_role(
+    job: HeteroTrainJob, status: HeteroTrainJobStatus, pods: Sequence[PodFacts], now: float | None = None
+) -> Role:
     """Queued jobs wait for a placement once all their old pods are gone (a new generation must not
-    start next to workers still saving a checkpoint); jobs holding GPUs keep them in the snapshot."""
+    start next to workers still saving a checkpoint) and, given `now`, a start timeout's backoff has
+    passed; jobs holding GPUs keep them in the snapshot."""
     if status.phase is Phase.QUEUED and not job.spec.suspend:
-        return Role.NONE if any(p.live for p in pods) else Role.QUEUED
+        backing_off = now is not None and limits.retry_wait(job, status, now) is not None
+        return Role.NONE if backing_off or any(p.live for p in pods) else Role.QUEUED
     if status.phase in HOLDING_PHASES and status.allocation is not None and status.allocation.workers:
         return Role.HOLDING
     return Role.NONE

@@ -89,6 +89,7 @@ def placed(job: HeteroTrainJob, allocation: Allocation, plan: Plan, now: float) 
             "waiting": None,
             "plan": plan,
             "observed_generation": job.generation,
+            "started_at": status.started_at or datetime.fromtimestamp(now, UTC),
         }
     )
 

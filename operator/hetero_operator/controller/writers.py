@@ -25,6 +25,7 @@ from hetero_operator.controller.actions import (
     CreateGeneration,
     CreateWorkload,
     CyclePlan,
+    DeleteJob,
     DeletePods,
     DeleteWorkloads,
     InvalidMark,
@@ -168,6 +169,9 @@ class JobWriters:
             self._background(self._create_generation(job, action))
         elif isinstance(action, PostEvent):
             self._background(self._post_event(job, action.event))
+        elif isinstance(action, DeleteJob):
+            uid = str(job.metadata.get("uid", "")) or None
+            await self.client.delete(path_of("HeteroTrainJob", namespace, job.name), uid=uid)
         else:
             await self._act_on_workload(namespace, action)
 

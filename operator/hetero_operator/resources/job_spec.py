@@ -24,6 +24,12 @@ from hetero_operator.resources.base import (
     WireModel,
     cel_rules,
 )
+from hetero_operator.resources.job_limits import (
+    ActiveDeadlineSeconds,
+    NonRetryableExitCodes,
+    StartTimeoutSeconds,
+    TtlSecondsAfterFinished,
+)
 from hetero_operator.resources.parallelism import Parallelism, Strategy
 
 MAX_GPUS = 4096
@@ -261,6 +267,7 @@ class RestartPolicy(WireModel):
         le=86_400,
         description="Wait before the first restart; doubles on each further restart.",
     )
+    non_retryable_exit_codes: NonRetryableExitCodes = Field(default_factory=list)
 
 
 def _reject_duplicates(values: list[str], field: str) -> None:
@@ -372,6 +379,9 @@ class HeteroTrainJobSpec(WireModel):
         default=False,
         description="Stop the job's workers and keep it out of scheduling until set back to false.",
     )
+    start_timeout_seconds: StartTimeoutSeconds = None
+    active_deadline_seconds: ActiveDeadlineSeconds = None
+    ttl_seconds_after_finished: TtlSecondsAfterFinished = None
     precision: Precision = Field(
         default=Precision.AUTO,
         description="Arithmetic of the forward and backward passes: auto (each worker picks from its own "

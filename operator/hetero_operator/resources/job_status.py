@@ -293,6 +293,14 @@ class HeteroTrainJobStatus(WireModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec the status reflects."
     )
+    started_at: datetime | None = Field(
+        default=None,
+        description="When the job was first placed on GPUs: spec.activeDeadlineSeconds counts from here.",
+    )
+    finished_at: datetime | None = Field(
+        default=None,
+        description="When the job Succeeded or Failed: spec.ttlSecondsAfterFinished counts from here.",
+    )
 
     def with_condition(self, condition: Condition) -> HeteroTrainJobStatus:
         """A copy with `condition` replacing any condition of the same type."""

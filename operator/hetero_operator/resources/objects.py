@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
-from hetero_operator.resources.base import API_VERSION, InvalidResourceError, WireModel, describe_errors
+from hetero_operator.resources.base import (
+    API_VERSION,
+    InvalidResourceError,
+    WireModel,
+    cel_rules,
+    describe_errors,
+)
 from hetero_operator.resources.gpuclass import GPUClassSpec, GPUClassStatus
+from hetero_operator.resources.job_limits import IMMUTABLE_WHILE_RUNNING
 from hetero_operator.resources.job_spec import HeteroTrainJobSpec
 from hetero_operator.resources.job_status import HeteroTrainJobStatus
 
@@ -53,6 +60,8 @@ class _CustomObject(WireModel):
 class HeteroTrainJob(_CustomObject):
     """A training job on a heterogeneous GPU pool."""
 
+    # Transition rules on the whole object: they read the stored phase beside the spec.
+    model_config = ConfigDict(json_schema_extra=cel_rules(*IMMUTABLE_WHILE_RUNNING))
     PLURAL = "heterotrainjobs"
     SHORT_NAMES = ("htj",)
     NAMESPACED = True
