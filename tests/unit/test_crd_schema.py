@@ -21,7 +21,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetero_operator.resources import GPUClass, HeteroTrainJob, InvalidResourceError, job_spec, parallelism
+from hetero_operator.resources import (
+    GPUClass,
+    HeteroTrainJob,
+    InvalidResourceError,
+    job_spec,
+    parallelism,
+    pod_template,
+)
 from hetero_operator.resources.base import CelRule
 from hetero_operator.resources.crd import all_crds, main, render, stale_files
 from hetero_operator.resources.structural import resolve_field_path, structural_violations
@@ -290,8 +297,12 @@ def test_printer_columns_point_at_schema_fields(kind: str) -> None:
 def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
-        for module in (job_spec, parallelism)
-        for value in [*vars(module).values(), *parallelism.STRATEGY_PARAMETER_RULES.values()]
+        for module in (job_spec, parallelism, pod_template)
+        for value in [
+            *vars(module).values(),
+            *parallelism.STRATEGY_PARAMETER_RULES.values(),
+            *pod_template.OWNED_POD_FIELDS.values(),
+        ]
         if isinstance(value, CelRule)
     }
     in_crd = cel_rules_in(SCHEMAS["HeteroTrainJob"]) + cel_rules_in(SCHEMAS["GPUClass"])
