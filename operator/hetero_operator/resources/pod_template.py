@@ -79,8 +79,8 @@ class KubeObject(WireModel):
     model_config = ConfigDict(extra="allow")
 
     def to_wire(self) -> dict[str, Any]:
-        """The wire form without unset fields and empty lists (an empty list adds nothing)."""
-        return {key: value for key, value in super().to_wire().items() if value != []}
+        """The wire form without unset fields or empty lists, at every level (they add nothing)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
 
 
 class NamedItem(KubeObject):
