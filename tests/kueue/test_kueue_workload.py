@@ -71,9 +71,9 @@ def test_gpus_per_worker_sets_each_pods_request() -> None:
     assert mix.total_gpus == 8
 
 
-def test_pod_overrides_reach_the_template() -> None:
+def test_the_job_template_reaches_the_pod_sets() -> None:
     extra = {"key": "team", "operator": "Exists", "effect": "NoSchedule"}
-    job = make_job(podOverrides={"tolerations": [extra], "priorityClassName": "training"})
+    job = make_job(template={"spec": {"tolerations": [extra], "priorityClassName": "training"}})
     workload = build_workload(job, ProposedMix.of({"slow": 1}), CLASSES)
     template = workload["spec"]["podSets"][0]["template"]["spec"]
     assert template["tolerations"] == [T4_TAINT, extra]

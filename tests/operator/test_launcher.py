@@ -144,9 +144,9 @@ def test_worker_resources_that_are_not_quantities_are_refused_naming_the_field(
     assert parsed is None and any(p.startswith(f"spec.workerResources.{field}") for p in problems), problems
 
 
-def test_tolerations_come_from_the_class_and_pod_overrides_add_to_them() -> None:
+def test_tolerations_come_from_the_class_and_the_template_adds_to_them() -> None:
     extra = {"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
-    model = job(podOverrides={"tolerations": [extra], "priorityClassName": "training"})
+    model = job(template={"spec": {"tolerations": [extra], "priorityClassName": "training"}})
     chosen = allocation(("node-a", "fast"), ("node-b", "slow"))
     fast, slow = launcher.worker_pods(model, chosen, SETTINGS)
     assert fast["spec"]["tolerations"] == [TOLERATE_KWOK, extra]
@@ -166,7 +166,17 @@ def test_building_twice_gives_identical_manifests() -> None:
 def test_every_manifest_is_valid_kubernetes() -> None:
     model = job(
         checkpoint={"path": "/ckpt"},
-        podOverrides={"tolerations": [TOLERATE_KWOK]},
+        template={
+            "metadata": {"labels": {"team": "vision"}},
+            "spec": {
+                "tolerations": [TOLERATE_KWOK],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}}],
+                "containers": [
+                    {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                    {"name": "logs", "image": "fluent/fluent-bit:3"},
+                ],
+            },
+        },
         workerResources={"cpu": "2", "memory": "8Gi", "sharedMemory": "2Gi"},
     )
     chosen = allocation(("node-a", "fast"), ("node-b", "medium"))
@@ -257,7 +267,10 @@ def test_initial_split_covers_the_batch_and_follows_speed(classes: list[str], ex
             "spec.parallelism.sesgd.groups",
         ),
         ({"env": [{"name": "RANK", "value": "3"}]}, "spec.env[RANK]"),
-        ({"podOverrides": {"nodeName": "elsewhere"}}, "spec.podOverrides.nodeName"),
+        (
+            {"template": {"spec": {"containers": [{"name": "worker", "ports": [{"containerPort": 9400}]}]}}},
+            "spec.template.spec.containers[worker].ports[9400]",
+        ),
     ],
 )
 def test_semantic_problems_name_the_field(spec: dict[str, Any], field: str) -> None:

@@ -57,7 +57,12 @@ def spec_leaves() -> list[tuple[tuple[str, ...], str]]:
     leaves: list[tuple[tuple[str, ...], str]] = []
 
     def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:
-        if node.get("type") == "object" and "properties" in node:
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            # Kept as given (a pod template's fields): only its declared fields are checked.
+            leaves.append((path, "free-form"))
+            for key, child in node.get("properties", {}).items():
+                walk(child, (*path, key))
+        elif node.get("type") == "object" and "properties" in node:
             leaves.append((path, "object"))
             for key, child in node["properties"].items():
                 walk(child, (*path, key))
@@ -104,13 +109,13 @@ class Mutation:
 
 
 mutations = st.one_of(
-    st.sampled_from(LEAVES).flatmap(
+    st.sampled_from([leaf for leaf in LEAVES if leaf[1] in WRONG_BY_TYPE]).flatmap(
         lambda leaf: WRONG_BY_TYPE[leaf[1]].map(lambda v: Mutation("set", leaf[0], v))
     ),
     st.sampled_from(
         [("spec", "image"), ("spec", "gpus"), ("spec", "batch"), ("spec", "epochs"), ("spec", "gpus", "min")]
     ).map(lambda path: Mutation("delete", path)),
-    st.sampled_from([p for p, t in LEAVES if t == "object" and p != ("spec", "podOverrides")]).flatmap(
+    st.sampled_from([p for p, t in LEAVES if t == "object"]).flatmap(
         lambda path: st.from_regex(r"[a-z][a-zA-Z]{2,12}", fullmatch=True).map(
             lambda k: Mutation("extra", (*path, k), 1)
         )

@@ -63,6 +63,11 @@ TOGGLES: dict[str, dict[str, Any]] = {
     },
     "existing-service-account": {"serviceAccount": {"create": False, "name": "ops"}},
     "no-rbac": {"rbac": {"create": False}},
+    "network-policy": {
+        "operator": {
+            "settings": {"launch": {"networkPolicy": {"enabled": True, "prometheusNamespace": "mon"}}}
+        }
+    },
     "kueue": {"kueue": {"enabled": True, "reproposeAfterSeconds": 120}},
     "kueue-namespaced": {"kueue": {"enabled": True}, "watchNamespaces": ["team-a"]},
     "verbose-extra": {
@@ -278,6 +283,20 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(rendered: dict[str,
         one(rendered["defaults"], "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
         == (account["metadata"]["name"])
     )
+
+
+def test_per_job_network_policies_are_switched_on_with_their_grant(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    args = container(rendered["network-policy"])["args"]
+    assert "--launch.network-policy.enabled" in args or "--launch.network-policy.enabled=true" in args, args
+    assert "--launch.network-policy.prometheus-namespace=mon" in args, args
+    grants = {
+        ("networking.k8s.io", "networkpolicies", v)
+        for v in ("get", "list", "watch", "create", "delete", "patch")
+    }
+    assert grants <= rules_of(one(rendered["network-policy"], "ClusterRole"))
+    assert not grants & rules_of(one(rendered["defaults"], "ClusterRole"))
 
 
 def test_watching_namespaces_narrows_rbac_to_roles(rendered: dict[str, list[Manifest]]) -> None:

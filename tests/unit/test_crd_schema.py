@@ -28,6 +28,7 @@ from hetero_operator.resources import (
     job_limits,
     job_spec,
     parallelism,
+    pod_template,
 )
 from hetero_operator.resources.base import CelRule
 from hetero_operator.resources.crd import all_crds, main, render, stale_files
@@ -340,11 +341,12 @@ def test_printer_columns_point_at_schema_fields(kind: str) -> None:
 def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
-        for module in (job_spec, parallelism)
+        for module in (job_spec, parallelism, pod_template)
         for value in [
             *vars(module).values(),
             *parallelism.STRATEGY_PARAMETER_RULES.values(),
             *job_limits.IMMUTABLE_WHILE_RUNNING,
+            *pod_template.OWNED_POD_FIELDS.values(),
         ]
         if isinstance(value, CelRule)
     }

@@ -63,6 +63,13 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.operator.settings.launch.networkPolicy.enabled }}
+# Each job's NetworkPolicy (operator.settings.launch.networkPolicy): created with its workers,
+# deleted with the job.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, delete, patch]
+{{- end }}
 {{- if .Values.kueue.enabled }}
 # Each job's Kueue Workload: created and deleted with its mix, spec.active set from spec.suspend, and
 # its status changed as Kueue's job integrations change it (an eviction handed back, finished,

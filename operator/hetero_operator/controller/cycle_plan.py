@@ -41,6 +41,7 @@ from hetero_operator.controller.kueue_step import (
     kueue_step,
     unlabelled_cleanup,
 )
+from hetero_operator.controller.launcher import LaunchOptions
 from hetero_operator.controller.lifecycle import (
     LifecycleConfig,
     Observation,
@@ -61,6 +62,7 @@ class CycleConfig:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     kueue: KueueConfig | None = None  # None: jobs labelled for Kueue are scheduled like any other
+    launch: LaunchOptions = field(default_factory=LaunchOptions)  # its ports and guards judge templates
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
             continue
         if names.FINALIZER not in facts.finalizers and (key, facts.uid) not in in_flight.finalizers:
             finalizers.append(facts)
-        job, problems = job_problems(facts)
+        job, problems = job_problems(facts, config.launch)
         if job is None or problems:
             mark = _invalid_mark(facts, problems, now, in_flight)
             marks += [mark] if mark is not None else []

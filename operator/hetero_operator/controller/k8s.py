@@ -31,6 +31,7 @@ PLURALS = {
     "Event": (CORE, "events"),
     "HeteroTrainJob": (HETEROTRAIN, "heterotrainjobs"),
     "Workload": (KUEUE, "workloads"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 

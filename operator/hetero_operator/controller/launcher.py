@@ -15,36 +15,22 @@ from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator import metric_names
 from hetero_operator import plan as contract
-from hetero_operator.controller import names
-from hetero_operator.resources import API_VERSION, HeteroTrainJob, WorkerAllocation, WorkerResources
+from hetero_operator.controller import names, pod_merge
+from hetero_operator.controller.network_policy import NetworkPolicyOptions, network_policy
+from hetero_operator.controller.pod_guards import WorkerGuards
+from hetero_operator.resources import (
+    API_VERSION,
+    HeteroTrainJob,
+    WorkerAllocation,
+    WorkerResources,
+    pod_template,
+)
 from hetero_operator.resources import Allocation as StatusAllocation
 
 Manifest = dict[str, Any]
 
-# Pod spec fields the operator owns; podOverrides may not set them (see validation).
-OPERATOR_OWNED_POD_FIELDS = frozenset(
-    {"nodeName", "hostname", "subdomain", "containers", "initContainers", "restartPolicy", "nodeSelector"}
-)
 # Environment variables the operator sets; a job's env may not set them (see validation).
-RESERVED_ENV = frozenset(
-    {
-        contract.RANK_ENV,
-        contract.WORLD_SIZE_ENV,
-        contract.MASTER_ADDR_ENV,
-        contract.MASTER_PORT_ENV,
-        contract.PLAN_SOURCE_ENV,
-        contract.EPOCHS_ENV,
-        contract.CHECKPOINT_DIR_ENV,
-        contract.CHECKPOINT_EVERY_ENV,
-        metric_names.METRICS_PORT_ENV,
-        metric_names.JOB_NAME_ENV,
-        metric_names.GPU_CLASS_ENV,
-        contract.PRECISION_ENV,
-        contract.LOCAL_RANK_ENV,
-        contract.POD_ANNOTATIONS_FILE_ENV,
-        "POD_IP",
-    }
-)
+RESERVED_ENV = frozenset(pod_template.RESERVED_ENV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +57,12 @@ class LaunchOptions:
     run_as_user: Annotated[
         int, Field(ge=1, description="User (and group) id the workers run as; never root.")
     ] = 1000
+    guards: Annotated[
+        WorkerGuards, Field(description="What a job's spec.template may ask beyond restricted worker pods.")
+    ] = field(default_factory=WorkerGuards)
+    network_policy: Annotated[
+        NetworkPolicyOptions, Field(description="A NetworkPolicy per job that shields its workers.")
+    ] = field(default_factory=NetworkPolicyOptions)
 
 
 @settings(frozen=True)
@@ -315,24 +307,9 @@ def worker_pod(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata,
-        "spec": merge_pod_overrides(spec, job.spec.pod_overrides or {}),
+        "metadata": pod_merge.merge_metadata(metadata, pod_merge.job_template(job)),
+        "spec": pod_merge.merge_pod_spec(spec, pod_merge.job_template(job).spec),
     }
-
-
-def merge_pod_overrides(spec: Manifest, overrides: Mapping[str, Any]) -> Manifest:
-    """podOverrides on top of the built spec: lists are appended (tolerations, volumes), mappings
-    merged, anything else replaced. Operator-owned fields are refused earlier, by validation."""
-    merged = dict(spec)
-    for key, value in overrides.items():
-        current = merged.get(key)
-        if isinstance(current, list) and isinstance(value, list):
-            merged[key] = [*current, *value]
-        elif isinstance(current, dict) and isinstance(value, dict):
-            merged[key] = {**current, **value}
-        else:
-            merged[key] = value
-    return merged
 
 
 def worker_pods(
@@ -347,6 +324,10 @@ def generation_manifests(
     """Everything one allocation generation needs, in creation order (pods last: they mount the rest);
     the plan ConfigMap only when `plan` is given (one published just before is not created twice)."""
     manifests = [headless_service(job, settings)]
+    if settings.network_policy.enabled:
+        manifests.append(
+            network_policy(job, settings.network_policy, settings.metrics_port, owner_reference(job))
+        )
     if plan is not None:
         manifests.append(plan_config_map(job, plan))
     claim = checkpoint_claim(job, settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hetero_operator import plan as plan_contract
+from hetero_operator.resources import pod_template
 
 GROUP = "heterotrain.io"
 FINALIZER = f"{GROUP}/cleanup"  # the scheduling loop's: a deleted job's objects go first
@@ -19,12 +20,12 @@ MANAGED_BY = "heterotrain-operator"
 
 # Part of the contract with the runtime, which watches for it: defined beside the plan.
 CHECKPOINT_REQUESTED_ANNOTATION = plan_contract.CHECKPOINT_REQUESTED_ANNOTATION
-PODINFO_MOUNT_DIR = "/etc/heterotrain/podinfo"
+PODINFO_MOUNT_DIR = pod_template.PODINFO_MOUNT_DIR
 """Where a worker pod's annotations appear (a Downward API volume the kubelet keeps up to date)."""
 PODINFO_ANNOTATIONS_FILE = "annotations"
 
-WORKER_CONTAINER = "worker"
-PLAN_MOUNT_DIR = "/etc/heterotrain/plan"
+WORKER_CONTAINER = pod_template.WORKER_CONTAINER
+PLAN_MOUNT_DIR = pod_template.PLAN_MOUNT_DIR
 DEFAULT_MASTER_PORT = 29500
 MAX_JOB_NAME_LENGTH = 52
 """A job's name becomes its headless Service name (a DNS label of at most 63 characters) and the

@@ -107,7 +107,7 @@ class SchedulingLoop:
             config.timing.concurrency,
         )
         self.class_statuses = ClassStatusWriter(client)
-        self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue)
+        self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue, config.launch)
         self._wake = asyncio.Event()
         self._next_wake = config.timing.idle_wake_seconds
         self._last_cycle_seconds = 0.0

@@ -10,23 +10,36 @@ import re
 
 from hetero_operator.controller import names
 from hetero_operator.controller.facts import JobFacts
-from hetero_operator.controller.launcher import OPERATOR_OWNED_POD_FIELDS, RESERVED_ENV
+from hetero_operator.controller.launcher import RESERVED_ENV, LaunchOptions
+from hetero_operator.controller.pod_guards import guard_problems
+from hetero_operator.controller.template_checks import template_problems
 from hetero_operator.resources import HeteroTrainJob
 from hetero_operator.resources.parallelism import HetPipeParameters, SESGDParameters
 
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def job_problems(facts: JobFacts) -> tuple[HeteroTrainJob | None, list[str]]:
+def job_problems(
+    facts: JobFacts, launch: LaunchOptions | None = None
+) -> tuple[HeteroTrainJob | None, list[str]]:
     """The job as the watch parsed it, and every problem found (empty when the job can run)."""
     job = facts.model
     problems = list(facts.problems)
     if job is not None:
-        problems += semantic_problems(job)
+        problems += semantic_problems(job, launch or LaunchOptions())
     return job, problems
 
 
-def semantic_problems(job: HeteroTrainJob) -> list[str]:
+def semantic_problems(job: HeteroTrainJob, launch: LaunchOptions | None = None) -> list[str]:
+    """Problems of the job as this operator would run it (its settings: ports, guards)."""
+    launch = launch or LaunchOptions()
+    problems = _spec_problems(job)
+    problems += template_problems(job, launch.metrics_port, launch.master_port)
+    problems += guard_problems(job, launch.guards)
+    return problems
+
+
+def _spec_problems(job: HeteroTrainJob) -> list[str]:
     problems: list[str] = []
     spec = job.spec
     if len(job.name) > names.MAX_JOB_NAME_LENGTH or not DNS_1035_LABEL.match(job.name):
@@ -56,8 +69,4 @@ def semantic_problems(job: HeteroTrainJob) -> list[str]:
             problems.append(
                 f"spec.env[{variable.name}]: set by the operator for every worker; remove it from spec.env"
             )
-    for key in sorted(set(spec.pod_overrides or {}) & OPERATOR_OWNED_POD_FIELDS):
-        problems.append(
-            f"spec.podOverrides.{key}: the operator sets this pod field itself; remove it from podOverrides"
-        )
     return problems

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hetero_operator.controller.launcher import merge_pod_overrides, owner_reference, worker_resources
+from hetero_operator.controller.launcher import owner_reference, worker_resources
 from hetero_operator.controller.names import (
     LABEL_GPU_CLASS,
     LABEL_JOB,
@@ -21,6 +21,7 @@ from hetero_operator.controller.names import (
     MANAGED_BY,
     WORKER_CONTAINER,
 )
+from hetero_operator.controller.pod_merge import job_template, merge_pod_spec
 from hetero_operator.kueue.constants import API_VERSION, JOB_UID_LABEL, MAX_POD_SETS, QUEUE_NAME_LABEL
 from hetero_operator.resources import GPUClassSpec, HeteroTrainJob
 
@@ -143,7 +144,7 @@ def pod_template(job: HeteroTrainJob, share: ClassShare, gpu_class: GPUClassSpec
         spec["tolerations"] = [dict(toleration) for toleration in gpu_class.tolerations]
     return {
         "metadata": {"labels": {LABEL_JOB: job.name, LABEL_GPU_CLASS: share.gpu_class}},
-        "spec": merge_pod_overrides(spec, job.spec.pod_overrides or {}),
+        "spec": merge_pod_spec(spec, job_template(job).spec),
     }
 
 

@@ -75,7 +75,7 @@ FIELDS_FIXED_WHILE_RUNNING = (
     "precision",
     "checkpoint",
     "workerResources",
-    "podOverrides",
+    "template",
 )
 
 

@@ -31,6 +31,7 @@ from hetero_operator.resources.job_limits import (
     TtlSecondsAfterFinished,
 )
 from hetero_operator.resources.parallelism import Parallelism, Strategy
+from hetero_operator.resources.pod_template import RemovedPodOverrides, WorkerPodTemplate
 
 MAX_GPUS = 4096
 MAX_GLOBAL_BATCH = 1 << 24
@@ -392,10 +393,14 @@ class HeteroTrainJobSpec(WireModel):
         default_factory=WorkerResources,
         description="CPU, memory and shared memory (/dev/shm) of each worker pod beside its GPUs.",
     )
-    pod_overrides: dict[str, Any] | None = Field(
+    template: WorkerPodTemplate | None = Field(
         default=None,
-        description="Fields merged into every worker pod's spec (tolerations, volumes, resources, ...), "
-        "passed through unchanged.",
+        description="What every worker pod adds to the pod the operator builds: labels, annotations, "
+        "volumes, init containers, sidecars, tolerations, affinity, imagePullSecrets, priorityClassName and, "
+        "in the container named worker, volumeMounts, envFrom, env, ports and resources.",
+    )
+    pod_overrides: RemovedPodOverrides = Field(
+        default=None, description="Removed: refused when set. Use template instead."
     )
 
     @field_validator("env")

@@ -155,8 +155,9 @@ def _check_object(node: dict[str, Any], path: str, problems: list[str], *, free_
         _check_node(additional, f"{path}{{}}", problems, is_property=False)
     elif additional is not None:
         problems.append(f"{path}: additionalProperties must be a schema; mark free-form objects instead")
-    if free_form and (properties or additional is not None):
-        problems.append(f"{path}: a free-form object must not also declare fields")
+    # Declared fields of a free-form object are still typed and validated; a map schema is not.
+    if free_form and additional is not None:
+        problems.append(f"{path}: a free-form object must not also declare a map schema")
 
 
 def _check_validations(node: dict[str, Any], path: str, problems: list[str]) -> None:
