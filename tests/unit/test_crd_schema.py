@@ -21,7 +21,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetero_operator.resources import GPUClass, HeteroTrainJob, InvalidResourceError, job_spec, parallelism
+from hetero_operator.resources import (
+    GPUClass,
+    HeteroTrainJob,
+    InvalidResourceError,
+    checkpoint_storage,
+    job_spec,
+    parallelism,
+)
 from hetero_operator.resources.base import CelRule
 from hetero_operator.resources.crd import all_crds, main, render, stale_files
 from hetero_operator.resources.structural import resolve_field_path, structural_violations
@@ -290,7 +297,7 @@ def test_printer_columns_point_at_schema_fields(kind: str) -> None:
 def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
-        for module in (job_spec, parallelism)
+        for module in (job_spec, parallelism, checkpoint_storage)
         for value in [*vars(module).values(), *parallelism.STRATEGY_PARAMETER_RULES.values()]
         if isinstance(value, CelRule)
     }

@@ -60,4 +60,11 @@ def semantic_problems(job: HeteroTrainJob) -> list[str]:
         problems.append(
             f"spec.podOverrides.{key}: the operator sets this pod field itself; remove it from podOverrides"
         )
+    storage = spec.checkpoint.storage if spec.checkpoint is not None else None
+    if storage is not None and storage.existing_claim == names.checkpoint_claim_name(job.name):
+        problems.append(
+            f"spec.checkpoint.storage.existingClaim: {storage.existing_claim!r} is the name of the claim the "
+            "operator creates for this job and deletes with it; mount a claim of another name, or remove "
+            "existingClaim to let the operator create it"
+        )
     return problems
