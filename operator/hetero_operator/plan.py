@@ -222,6 +222,9 @@ MASTER_ADDR_ENV = "MASTER_ADDR"
 MASTER_PORT_ENV = "MASTER_PORT"
 CHECKPOINT_DIR_ENV = "HETEROTRAIN_CHECKPOINT_DIR"
 CHECKPOINT_EVERY_ENV = "HETEROTRAIN_CHECKPOINT_EVERY_EPOCHS"
+# "1": the checkpoint directory is mounted on rank 0 only (ReadWriteOnce storage). Rank 0 writes and,
+# on a resume, reads the newest checkpoint and sends it to the other ranks; they never touch the path.
+CHECKPOINT_RANK0_ONLY_ENV = "HETEROTRAIN_CHECKPOINT_RANK0_ONLY"
 SIMULATED_SPEED_ENV = "HETEROTRAIN_SIMULATED_SPEED"
 # A file holding the simulated speed, re-read while the worker runs (the test bed's slowed nodes).
 SIMULATED_SPEED_FILE_ENV = "HETEROTRAIN_SIMULATED_SPEED_FILE"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,15 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def run_ranks(
-    script: str, world: int, out_dir: Path, timeout: float = 90.0, extra_env: dict[str, str] | None = None
+    script: str,
+    world: int,
+    out_dir: Path,
+    timeout: float = 90.0,
+    extra_env: dict[str, str] | None = None,
+    rank_env: Callable[[int], dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Start `world` copies of scripts/`script`; each writes out_dir/rank-N.json. Returns those."""
+    """Start `world` copies of scripts/`script`; each writes out_dir/rank-N.json. Returns those.
+    `rank_env(rank)`: variables for one rank only (a volume only rank 0 mounts, say)."""
     port = free_port()
     processes = []
     try:
@@ -32,6 +39,7 @@ def run_ranks(
                     "OUT_DIR": str(out_dir),
                     "OMP_NUM_THREADS": "1",
                     **(extra_env or {}),
+                    **(rank_env(rank) if rank_env is not None else {}),
                 }
             )
             processes.append(

@@ -25,6 +25,7 @@ from hetero_operator.resources import (
     GPUClass,
     HeteroTrainJob,
     InvalidResourceError,
+    checkpoint_storage,
     job_limits,
     job_spec,
     parallelism,
@@ -341,7 +342,7 @@ def test_printer_columns_point_at_schema_fields(kind: str) -> None:
 def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
-        for module in (job_spec, parallelism, pod_template)
+        for module in (job_spec, parallelism, pod_template, checkpoint_storage)
         for value in [
             *vars(module).values(),
             *parallelism.STRATEGY_PARAMETER_RULES.values(),

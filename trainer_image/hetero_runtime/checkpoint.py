@@ -2,7 +2,8 @@
 
 A checkpoint is named by the position it resumes from: epochs completed and, for one taken in the
 middle of an epoch (a stop was requested), the samples of the next epoch already trained on. Loading
-reads tensors and plain containers only (`weights_only=True`): a checkpoint cannot run code.
+reads tensors and plain containers only (`weights_only=True`): a checkpoint cannot run code. Only rank
+0 ever touches the directory: it writes, and on a resume it reads and sends the state to the others.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 _NAME = re.compile(r"^checkpoint-epoch-(\d{6})(?:-sample-(\d{9}))?\.pt$")
 
@@ -61,3 +63,18 @@ def load(path: Path) -> dict[str, Any]:
     """A checkpoint's state on the CPU; refuses anything but tensors and plain containers."""
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state
+
+
+def restore_newest(
+    directory: Path | None, rank: int, world_size: int
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """(the file read, its state) on every rank: rank 0 reads the newest checkpoint and the others
+    receive it over the process group, so they need no access to the directory (a ReadWriteOnce
+    volume is mounted on rank 0's pod only). The path is None on the other ranks."""
+    path = latest_checkpoint(directory) if rank == 0 else None
+    state = load(path) if path is not None else None
+    if world_size > 1:
+        holder = [state]
+        dist.broadcast_object_list(holder, src=0)
+        state = holder[0]
+    return path, state

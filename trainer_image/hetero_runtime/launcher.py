@@ -109,6 +109,11 @@ def parse_worker_env(environ: Mapping[str, str]) -> WorkerEnv:
     metrics_raw = environ.get(names.METRICS_PORT_ENV)
     metrics_port = None if metrics_raw in (None, "", "off") else _int(environ, names.METRICS_PORT_ENV)
     checkpoint_dir = environ.get(plan_contract.CHECKPOINT_DIR_ENV) or None
+    if rank != 0 and environ.get(plan_contract.CHECKPOINT_RANK0_ONLY_ENV, "").strip().lower() in (
+        "1",
+        "true",
+    ):
+        checkpoint_dir = None  # not mounted on this rank's pod: rank 0 sends the state instead
     epochs_raw = environ.get(plan_contract.EPOCHS_ENV)
     result_file = environ.get(plan_contract.RESULT_FILE_ENV) or None
     annotations = environ.get(plan_contract.POD_ANNOTATIONS_FILE_ENV) or None

@@ -309,19 +309,15 @@ class Trainer:
         return {key: float(value) for key, value in values.items()}
 
     def _load_checkpoint(self) -> dict[str, Any] | None:
-        state = None
-        if self.env.rank == 0:
-            path = checkpoint.latest_checkpoint(self.env.checkpoint_dir)
-            if path is not None:
-                state = checkpoint.load(path)
-                consumed = state["position"]["consumed"]
-                log.info(
-                    "resuming from %s (%d epochs done)%s",
-                    path,
-                    state["epochs_done"],
-                    f", {consumed} samples into epoch {state['epochs_done']}" if consumed else "",
-                )
-        state = _broadcast_object(state, self.env.world_size)
+        path, state = checkpoint.restore_newest(self.env.checkpoint_dir, self.env.rank, self.env.world_size)
+        if path is not None and state is not None:
+            consumed = state["position"]["consumed"]
+            log.info(
+                "resuming from %s (%d epochs done)%s",
+                path,
+                state["epochs_done"],
+                f", {consumed} samples into epoch {state['epochs_done']}" if consumed else "",
+            )
         if state is None:
             return None
         self.ctx.model.load_state_dict(state["model"])

@@ -128,6 +128,8 @@ class ClusterView:
         if node.unschedulable:
             found.append("cordoned")
         if gpu_class is not None:
+            if node.allocatable.get(gpu_class.resource_name, 0) <= 0:
+                found.append(f"no {gpu_class.resource_name} allocatable")
             found += [
                 f"taint {taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect} not tolerated"
                 for taint in node.taints

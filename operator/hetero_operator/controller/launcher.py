@@ -15,11 +15,13 @@ from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator import metric_names
 from hetero_operator import plan as contract
-from hetero_operator.controller import names, pod_merge
+from hetero_operator.controller import checkpoint_volume, names, pod_merge
 from hetero_operator.controller.network_policy import NetworkPolicyOptions, network_policy
 from hetero_operator.controller.pod_guards import WorkerGuards
 from hetero_operator.resources import (
     API_VERSION,
+    CheckpointAccessMode,
+    CheckpointStorage,
     HeteroTrainJob,
     WorkerAllocation,
     WorkerResources,
@@ -54,6 +56,20 @@ class LaunchOptions:
     checkpoint_storage: Annotated[
         str, Field(description="Size of a job's checkpoint claim when its checkpoint path is a directory.")
     ] = "10Gi"
+    checkpoint_storage_class: Annotated[
+        str,
+        Field(
+            description="StorageClass of the checkpoint claims the operator creates (empty: the "
+            "cluster's default)."
+        ),
+    ] = ""
+    checkpoint_access_mode: Annotated[
+        CheckpointAccessMode,
+        Field(
+            description="Access mode of checkpoint volumes: ReadWriteMany (every worker mounts it) or "
+            "ReadWriteOnce (only rank 0 mounts it and sends the state to the others on a resume)."
+        ),
+    ] = CheckpointAccessMode.READ_WRITE_MANY
     run_as_user: Annotated[
         int, Field(ge=1, description="User (and group) id the workers run as; never root.")
     ] = 1000
@@ -71,6 +87,14 @@ class LaunchSettings(LaunchOptions):
 
     def class_info(self, gpu_class: str) -> ClassLaunchInfo:
         return self.classes.get(gpu_class, ClassLaunchInfo())
+
+    def checkpoint_volume(self, job: HeteroTrainJob) -> checkpoint_volume.CheckpointVolume | None:
+        defaults = CheckpointStorage(
+            storage_class_name=self.checkpoint_storage_class or None,
+            access_mode=self.checkpoint_access_mode,
+            size=self.checkpoint_storage,
+        )
+        return checkpoint_volume.resolve(job.name, job.spec.checkpoint, defaults)
 
 
 def owner_reference(job: HeteroTrainJob) -> dict[str, Any]:
@@ -124,22 +148,17 @@ def plan_config_map(job: HeteroTrainJob, plan: contract.Plan) -> Manifest:
 
 
 def checkpoint_claim(job: HeteroTrainJob, settings: LaunchSettings) -> Manifest | None:
-    """A volume that outlives the pods (suspend, restarts) when the checkpoint path is a directory."""
-    if not _checkpoint_is_directory(job):
+    """A volume that outlives the pods (suspend, restarts) when the checkpoint path is a directory,
+    unless the job mounts an existing claim."""
+    volume = settings.checkpoint_volume(job)
+    if volume is None or not volume.owned:
         return None
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(job, names.checkpoint_claim_name(job.name)),
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": settings.checkpoint_storage}},
-        },
+        "metadata": _metadata(job, volume.claim_name),
+        "spec": checkpoint_volume.claim_spec(volume),
     }
-
-
-def _checkpoint_is_directory(job: HeteroTrainJob) -> bool:
-    return job.spec.checkpoint is not None and job.spec.checkpoint.path.startswith("/")
 
 
 def master_address(job: HeteroTrainJob, generation: int) -> str:
@@ -170,6 +189,9 @@ def worker_env(
     if job.spec.checkpoint is not None:
         operator_env[contract.CHECKPOINT_DIR_ENV] = job.spec.checkpoint.path
         operator_env[contract.CHECKPOINT_EVERY_ENV] = str(job.spec.checkpoint.every_epochs)
+    volume = settings.checkpoint_volume(job)
+    if volume is not None and volume.rank0_only:
+        operator_env[contract.CHECKPOINT_RANK0_ONLY_ENV] = "1"
     env += [{"name": key, "value": value} for key, value in operator_env.items()]
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
@@ -184,9 +206,12 @@ def _restricted_security_context() -> dict[str, Any]:
     }
 
 
-def worker_volumes(job: HeteroTrainJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def worker_volumes(
+    job: HeteroTrainJob, rank: int, settings: LaunchSettings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the worker container's mounts, the pod's volumes): the plan, the pod's own annotations, a
-    writable /tmp, a memory-backed /dev/shm and, for a checkpoint directory, the job's claim."""
+    writable /tmp, a memory-backed /dev/shm and, for a checkpoint directory, the job's claim (on rank
+    0 only when it is ReadWriteOnce)."""
     mounts: list[dict[str, Any]] = [
         {"name": "plan", "mountPath": names.PLAN_MOUNT_DIR, "readOnly": True},
         {"name": "podinfo", "mountPath": names.PODINFO_MOUNT_DIR, "readOnly": True},
@@ -213,14 +238,10 @@ def worker_volumes(job: HeteroTrainJob) -> tuple[list[dict[str, Any]], list[dict
             "emptyDir": {"medium": "Memory", "sizeLimit": job.spec.worker_resources.shared_memory},
         },
     ]
-    if job.spec.checkpoint is not None and _checkpoint_is_directory(job):
-        mounts.append({"name": "checkpoint", "mountPath": job.spec.checkpoint.path})
-        volumes.append(
-            {
-                "name": "checkpoint",
-                "persistentVolumeClaim": {"claimName": names.checkpoint_claim_name(job.name)},
-            }
-        )
+    volume = settings.checkpoint_volume(job)
+    if job.spec.checkpoint is not None and volume is not None and volume.mounted_on(rank):
+        mounts.append(checkpoint_volume.container_mount(job.spec.checkpoint.path))
+        volumes.append(checkpoint_volume.pod_volume(volume))
     return mounts, volumes
 
 
@@ -283,7 +304,7 @@ def worker_pod(
         "prometheus.io/port": str(settings.metrics_port),
         "prometheus.io/path": "/metrics",
     }
-    mounts, volumes = worker_volumes(job)
+    mounts, volumes = worker_volumes(job, worker.rank, settings)
     spec: dict[str, Any] = {
         "nodeName": worker.node,
         "hostname": names.pod_hostname(generation, worker.rank),

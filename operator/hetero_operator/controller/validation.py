@@ -69,4 +69,11 @@ def _spec_problems(job: HeteroTrainJob) -> list[str]:
             problems.append(
                 f"spec.env[{variable.name}]: set by the operator for every worker; remove it from spec.env"
             )
+    storage = spec.checkpoint.storage if spec.checkpoint is not None else None
+    if storage is not None and storage.existing_claim == names.checkpoint_claim_name(job.name):
+        problems.append(
+            f"spec.checkpoint.storage.existingClaim: {storage.existing_claim!r} is the name of the claim the "
+            "operator creates for this job and deletes with it; mount a claim of another name, or remove "
+            "existingClaim to let the operator create it"
+        )
     return problems

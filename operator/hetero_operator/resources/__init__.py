@@ -4,6 +4,7 @@ Import-light (pydantic only), so the runtime and the planner may use these model
 """
 
 from hetero_operator.resources.base import API_VERSION, GROUP, VERSION, CelRule, InvalidResourceError
+from hetero_operator.resources.checkpoint_storage import CheckpointAccessMode, CheckpointStorage
 from hetero_operator.resources.gpuclass import GPUClassSpec, GPUClassStatus
 from hetero_operator.resources.job_spec import (
     Batch,
@@ -51,6 +52,8 @@ __all__ = [
     "Batch",
     "CelRule",
     "Checkpoint",
+    "CheckpointAccessMode",
+    "CheckpointStorage",
     "ClassWait",
     "Condition",
     "ConditionStatus",

@@ -31,6 +31,9 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ObjectName = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)
 ]
+# A Kubernetes resource quantity ("500m", "4", "16Gi", "1.5G"), as the API server parses one.
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+Quantity = Annotated[str, StringConstraints(max_length=32, pattern=QUANTITY_PATTERN)]
 LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_VALUE_LENGTH)]
 BoundedString = Annotated[str, StringConstraints(max_length=MAX_STRING_LENGTH)]
 

@@ -21,9 +21,11 @@ from hetero_operator.resources.base import (
     BoundedString,
     CelRule,
     ObjectName,
+    Quantity,
     WireModel,
     cel_rules,
 )
+from hetero_operator.resources.checkpoint_storage import STORAGE_NEEDS_DIRECTORY, CheckpointStorage
 from hetero_operator.resources.job_limits import (
     ActiveDeadlineSeconds,
     NonRetryableExitCodes,
@@ -222,17 +224,27 @@ class Rebalance(WireModel):
 class Checkpoint(WireModel):
     """Where workers save and resume training state; restarts resume from the newest checkpoint."""
 
+    model_config = ConfigDict(json_schema_extra=cel_rules(STORAGE_NEEDS_DIRECTORY))
+
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = Field(
         description="Directory (or URL understood by the training script) holding checkpoints."
     )
     every_epochs: int = Field(
         default=1, ge=1, le=10_000, description="Save a checkpoint every this many epochs."
     )
+    storage: CheckpointStorage | None = Field(
+        default=None,
+        description="The volume mounted at path (a directory): a claim the operator creates or an "
+        "existing one. Default: a claim with the operator's launch settings.",
+    )
+
+    @model_validator(mode="after")
+    def _storage_needs_directory(self) -> Self:
+        if self.storage is not None and not self.path.startswith("/"):
+            raise STORAGE_NEEDS_DIRECTORY.violation(f"path={self.path!r}")
+        return self
 
 
-# A Kubernetes resource quantity ("500m", "4", "16Gi", "1.5G"), as the API server parses one.
-QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
-Quantity = Annotated[str, StringConstraints(max_length=32, pattern=QUANTITY_PATTERN)]
 DEFAULT_SHARED_MEMORY = "1Gi"
 
 

@@ -49,6 +49,7 @@ RESERVED_ENV = (
     contract.EPOCHS_ENV,
     contract.CHECKPOINT_DIR_ENV,
     contract.CHECKPOINT_EVERY_ENV,
+    contract.CHECKPOINT_RANK0_ONLY_ENV,
     metric_names.METRICS_PORT_ENV,
     metric_names.JOB_NAME_ENV,
     metric_names.GPU_CLASS_ENV,

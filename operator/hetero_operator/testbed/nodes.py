@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_CLASS_LABEL = "heterotrain.io/gpu-class"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# The taint KWOK's documentation puts on fake nodes; the test bed's nodes do not carry it (see
+# node_manifest), but classes may still tolerate it for clusters that do.
 KWOK_TAINT_KEY = "kwok.x-k8s.io/node"
 LOCAL_NODE_LABEL = "heterotrain.io/local-process-node"
 # How a local node runs its pods: as host processes (the image ignored) or as containers of their images.
@@ -77,13 +79,15 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
         **node.labels,
     }
     metadata: dict[str, Any] = {"name": node.name, "labels": labels, "annotations": {}}
+    # No KWOK taint (kwok.x-k8s.io/node=fake:NoSchedule): it keeps a kube-scheduler's pods off fake
+    # nodes, and the test bed runs no kube-scheduler. Without it the GPUClasses written for a real
+    # cluster (examples/gpuclasses.yaml) place jobs here unchanged.
     spec: dict[str, Any] = {}
     if node.local:
         labels[LOCAL_NODE_LABEL] = "true"
         labels[LOCAL_RUNTIME_LABEL] = node.runtime
     else:
         metadata["annotations"][KWOK_ANNOTATION] = "fake"
-        spec["taints"] = [{"key": KWOK_TAINT_KEY, "value": "fake", "effect": "NoSchedule"}]
     return {
         "apiVersion": "v1",
         "kind": "Node",

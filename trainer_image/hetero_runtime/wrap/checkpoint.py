@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hetero_runtime import checkpoint as files
-from hetero_runtime.wrap.session import Session, WrapperError, broadcast_object, current_session
+from hetero_runtime.wrap.session import Session, WrapperError, current_session
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +67,9 @@ class Checkpoint:
 
     def restore(self) -> bool:
         """Load the newest checkpoint into the objects, on every rank; False when there is none."""
-        state = None
-        if self.session.rank == 0 and self.directory is not None:
-            path = files.latest_checkpoint(self.directory)
-            if path is not None:
-                state = files.load(path)
-                log.info("resuming from %s", path)
-        state = broadcast_object(state, self.session.world_size)
+        path, state = files.restore_newest(self.directory, self.session.rank, self.session.world_size)
+        if path is not None:
+            log.info("resuming from %s", path)
         if state is None:
             return False
         missing = sorted(set(self.objects) - set(state))
