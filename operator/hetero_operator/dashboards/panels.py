@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from grafana_foundation_sdk.builders import dashboard as board
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
@@ -44,6 +45,30 @@ def _targets(queries: Sequence[Query]) -> list[Builder[variants.Dataquery]]:
     ]
 
 
+Framed = TypeVar("Framed", timeseries.Panel, stat.Panel)
+
+
+def _framed(
+    panel: Framed,
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    unit: str,
+    width: int,
+    height: int,
+) -> Framed:
+    """What every panel has: its title, help text, data source, queries, unit and place on the grid."""
+    return (
+        panel.title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .targets(_targets(queries))
+        .unit(unit)
+        .span(width)
+        .height(height)
+    )
+
+
 def time_series(
     title: str,
     description: str,
@@ -53,22 +78,12 @@ def time_series(
     height: int = 8,
     stacked: bool = False,
 ) -> timeseries.Panel:
-    panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .targets(_targets(queries))
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .legend(
-            VizLegendOptions()
-            .display_mode(LegendDisplayMode.TABLE)
-            .placement(LegendPlacement.BOTTOM)
-            .show_legend(True)
-            .calcs(["lastNotNull", "max"])
-        )
+    panel = _framed(timeseries.Panel(), title, description, queries, unit, width, height).legend(
+        VizLegendOptions()
+        .display_mode(LegendDisplayMode.TABLE)
+        .placement(LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["lastNotNull", "max"])
     )
     if stacked:
         panel = panel.stacking(StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(30)
@@ -78,16 +93,8 @@ def time_series(
 def single_stat(
     title: str, description: str, queries: Sequence[Query], unit: str, width: int = 6, height: int = 4
 ) -> stat.Panel:
-    return (
-        stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .targets(_targets(queries))
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .graph_mode(BigValueGraphMode.AREA)
+    return _framed(stat.Panel(), title, description, queries, unit, width, height).graph_mode(
+        BigValueGraphMode.AREA
     )
 
 

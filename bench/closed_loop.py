@@ -1,0 +1,143 @@
+"""The closed loop (`make demo`) as a benchmark: its report kept as an artifact, its table generated.
+
+`make demo` runs the digits example on three local process nodes of simulated relative speeds 1, 0.5
+and 0.25 under the operator with Prometheus-driven rebalancing, after a control run of the same job
+with rebalancing off on the same nodes. This runs the same demo, keeps its report as
+`bench/results/closed_loop.json` and writes BENCHMARKS.md's section from it.
+
+    python bench/closed_loop.py --write    # run the demo, write the artifact and the section
+    python bench/closed_loop.py --render   # the section from the committed artifact
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from benchmarks_md import replace_section
+from hetero_operator.demo.run import DemoSettings, run_demo
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACT = REPO / "bench" / "results" / "closed_loop.json"
+SECTION = "## Closed loop (make demo)"
+# The issue's target: with rebalancing, steady-state samples/s over the control's is at least this
+# share of the ideal speed-up the measured speeds allow.
+TARGET_OF_IDEAL = 0.9
+
+
+def machine() -> str:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores, {memory:.0f} GiB"
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    return done.stdout.strip()
+
+
+def run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="closed-loop-") as out:
+        report = run_demo(DemoSettings(output=Path(out)), Console(stderr=True))
+    report.pop("status", None)  # the job's whole status: large, and its figures are in the rows
+    report.pop("prometheus", None)  # a loopback address of a test bed that is gone
+    return {"machine": machine(), "commit": commit(), "target_of_ideal": TARGET_OF_IDEAL, "report": report}
+
+
+def _batches(row: dict[str, Any]) -> str:
+    return ", ".join(str(b) for b in row["local_batches"])
+
+
+def _epoch_table(report: dict[str, Any]) -> list[str]:
+    lines = ["| epoch | plan | local batches | samples/s | test accuracy |", "|---|---|---|---|---|"]
+    for row in report["per_epoch"]:
+        accuracy = row.get("accuracy")
+        lines.append(
+            f"| {row['epoch']} | v{row['plan_version']} | {_batches(row)} | "
+            f"{row['samples_per_second']:.0f} | {'' if accuracy is None else f'{accuracy:.3f}'} |"
+        )
+    return lines
+
+
+def _control_lines(control: dict[str, Any], target: float) -> list[str]:
+    speeds = control.get("measured_speeds") or []
+    slowest = min(speeds) if speeds else 0.0
+    ratios = " : ".join(f"{v / slowest:.2f}" for v in speeds) if slowest else "n/a"
+    raw, steady = control["raw_steady_samples_per_second"], control["steady_samples_per_second"]
+    lines = [
+        f"- Control run (the same job, rebalancing off, even split): {raw:.0f} samples/s in its steady "
+        "epochs, brought to this run's simulated base by the median rank's ratio of measured speeds "
+        f"({control['base_ratio']:.3f}): {steady:.0f} samples/s.",
+        f"- Speeds measured under the control's even split (samples/s of compute per rank): "
+        f"{', '.join(f'{v:.0f}' for v in speeds)}, i.e. {ratios} (nominal 4 : 2 : 1).",
+    ]
+    ideal, speedup, of_ideal = control.get("ideal_speedup"), control.get("speedup"), control.get("of_ideal")
+    if ideal and speedup and of_ideal:
+        verdict = "met" if of_ideal >= target else "missed"
+        lines.append(
+            f"- Steady state with rebalancing over the control: **{speedup:.2f}x**, against the ideal "
+            f"{ideal:.2f}x those speeds allow (every worker busy the whole step): **{of_ideal:.0%} of the "
+            f"ideal** (target {target:.0%}: {verdict})."
+        )
+    per_epoch = [x for x in control.get("of_ideal_per_epoch") or [] if x is not None]
+    if per_epoch:
+        lines.append(f"- Share of the ideal per epoch: {', '.join(f'{x:.2f}' for x in per_epoch)}.")
+    return lines
+
+
+def render(artifact: dict[str, Any]) -> str:
+    report = artifact["report"]
+    lines = [
+        SECTION,
+        "",
+        "`python bench/closed_loop.py --write` runs `make demo`'s closed loop: three local process nodes "
+        "of classes with simulated relative speeds 1, 0.5 and 0.25 (CPU processes paced to those speeds), "
+        "the operator with Prometheus-driven rebalancing, and the digits example (global batch 1024). "
+        "First a control run of the same job with `rebalance.enabled: false` on the same nodes, then the "
+        "job itself. Samples/s are measured by rank 0 per epoch. The section is generated from "
+        "`bench/results/closed_loop.json`.",
+        "",
+        f"Run on {artifact['machine']} at commit {artifact['commit']}; phase {report.get('phase')}, "
+        f"{len(report.get('rebalances') or [])} rebalances recorded.",
+        "",
+        *_epoch_table(report),
+        "",
+    ]
+    control = report.get("control")
+    if control:
+        lines += _control_lines(control, artifact["target_of_ideal"])
+    else:
+        lines.append("- No control run in this artifact.")
+    speedup = report.get("speedup_vs_even_epoch")
+    if speedup:
+        lines.append(f"- Steady state over the job's own best even-split epoch: {speedup:.2f}x.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--write", action="store_true", help="write the artifact and BENCHMARKS.md's section")
+    parser.add_argument("--render", action="store_true", help="only render the committed artifact")
+    args = parser.parse_args()
+    if args.render:
+        replace_section(render(json.loads(ARTIFACT.read_text())))
+        return
+    artifact = run()
+    text = render(artifact)
+    print(text)
+    if args.write:
+        ARTIFACT.parent.mkdir(exist_ok=True)
+        ARTIFACT.write_text(json.dumps(artifact, indent=1) + "\n")
+        replace_section(text)
+
+
+if __name__ == "__main__":
+    main()
