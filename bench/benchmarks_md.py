@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
@@ -19,3 +21,12 @@ def replace_section(text: str, path: Path = BENCHMARKS_MD) -> None:
     else:
         updated = existing.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
     path.write_text(updated)
+
+
+def publish(artifact: dict[str, Any], text: str, artifact_path: Path, write: bool) -> None:
+    """Print a run's section; with `write`, keep its artifact and put the section in BENCHMARKS.md."""
+    print(text)
+    if write:
+        artifact_path.parent.mkdir(parents=True, exist_ok=True)
+        artifact_path.write_text(json.dumps(artifact, indent=1) + "\n")
+        replace_section(text)

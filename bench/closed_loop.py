@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks_md import replace_section
+from benchmarks_md import publish, replace_section
 from hetero_operator.demo.run import DemoSettings, run_demo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,12 +131,7 @@ def main() -> None:
         replace_section(render(json.loads(ARTIFACT.read_text())))
         return
     artifact = run()
-    text = render(artifact)
-    print(text)
-    if args.write:
-        ARTIFACT.parent.mkdir(exist_ok=True)
-        ARTIFACT.write_text(json.dumps(artifact, indent=1) + "\n")
-        replace_section(text)
+    publish(artifact, render(artifact), ARTIFACT, args.write)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import httpx
 import kubernetes
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks_md import replace_section
+from benchmarks_md import publish, replace_section
 from hetero_operator import metric_names
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import NODE_LEASE_SECONDS, Testbed
@@ -578,12 +578,7 @@ def main() -> None:
         for lease in args.node_lease_seconds
     ]
     artifact = artifact_of(runs)
-    text = render(artifact)
-    print(text)
-    if args.write:
-        ARTIFACT.parent.mkdir(exist_ok=True)
-        ARTIFACT.write_text(json.dumps(artifact, indent=1) + "\n")
-        replace_section(text)
+    publish(artifact, render(artifact), ARTIFACT, args.write)
 
 
 if __name__ == "__main__":
