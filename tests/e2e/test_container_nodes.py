@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from tests.operator.live import Jobs, OperatorProcess, wait_for
+from tests.operator.live import Jobs, OperatorProcess, jobs_in, wait_for
 from tests.ship.kernel_view import kernel_view
 
 from hetero_operator.testbed.cluster import Testbed
@@ -306,6 +306,7 @@ def test_a_job_whose_image_is_on_no_node_fails_at_its_start_timeout(
     operator.start()
     try:
         with (
+            jobs_in(testbed, namespace, timeout=60, until_gone=True),
             Recorder(
                 custom.list_namespaced_custom_object,
                 "heterotrain.io",
@@ -321,9 +322,11 @@ def test_a_job_whose_image_is_on_no_node_fails_at_its_start_timeout(
             # The GPUs are free again: a job that needs both nodes' only GPU is placed on them.
             jobs.apply({**manifest, "metadata": {**manifest["metadata"], "name": "next"}})
             nodes = wait_for(
-                lambda: sorted(p["spec"]["nodeName"] for p in jobs.pods("next")) or None,
+                lambda: (
+                    len(placed := jobs.pods("next")) == 2 and sorted(p["spec"]["nodeName"] for p in placed)
+                ),
                 60,
-                "the next job's workers",
+                "the next job's two workers",
             )
         assert not job_watch.broken and not pod_watch.broken, job_watch.broken or pod_watch.broken
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.live import Jobs, OperatorProcess
+from tests.operator.live import Jobs, OperatorProcess, jobs_in
 
 from hetero_operator import plan as contract
 from hetero_operator.controller import names
@@ -90,9 +90,10 @@ def test_a_worker_sees_what_the_template_adds_and_the_job_succeeds(
     operator = OperatorProcess(testbed, tmp_path / "operator.log")
     operator.start()
     try:
-        jobs.apply(manifest)
-        final = jobs.wait_phase("templated", "Succeeded", timeout=120)
-        pods = jobs.pods("templated")
+        with jobs_in(testbed, namespace, timeout=60, until_gone=True):
+            jobs.apply(manifest)
+            final = jobs.wait_phase("templated", "Succeeded", timeout=120)
+            pods = jobs.pods("templated")
     finally:
         operator.stop()
         print(f"--- operator log ---\n{operator.tail(40)}")
