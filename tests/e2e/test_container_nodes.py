@@ -1,18 +1,22 @@
 """Pods as containers on the test bed: the local node agent runs a pod's container from its image with
-podman and runc, under the pod's security context, with its ConfigMap, emptyDir and claim volumes; and
-a HeteroTrainJob runs end to end through the operator on such nodes, so the pod spec the operator
-writes is proven in a container."""
+podman and runc, under the pod's security context, with its ConfigMap, emptyDir and claim volumes; a
+HeteroTrainJob runs end to end through the operator on such nodes, so the pod spec the operator
+writes is proven in a container; and a job whose image is on no node meets its start timeout."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import yaml
-from tests.operator.live import Jobs, OperatorProcess, wait_for
+from tests.operator.live import Jobs, OperatorProcess, jobs_in, wait_for
 from tests.ship.kernel_view import kernel_view
 
 from hetero_operator.testbed.cluster import Testbed
@@ -234,3 +238,146 @@ def test_a_job_runs_through_the_operator_in_containers(
     assert load(checkpoint)["epochs_done"] == 3, "every epoch ran, in the containers"
     fs_group = pods[0]["spec"]["securityContext"]["fsGroup"]
     assert all(p.stat().st_gid == fs_group for p in claim.rglob("*")), "the claim belongs to fsGroup"
+
+
+class Recorder:
+    """Every object a watch of one namespace delivers, in order, as (event type, object): a state a
+    job passes through for a second is seen even when the test polls slowly."""
+
+    def __init__(self, list_call: Callable[..., Any], *args: str) -> None:
+        self.list_call, self.args = list_call, args
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.watch = kubernetes.watch.Watch()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.closing = False
+        self.broken = ""
+
+    def _run(self) -> None:
+        sanitize = kubernetes.client.ApiClient().sanitize_for_serialization
+        try:
+            for event in self.watch.stream(self.list_call, *self.args, timeout_seconds=300):
+                self.events.append((event["type"], sanitize(event["object"])))
+        except Exception as error:  # reported by the test: a watch that broke saw too little
+            if not self.closing:
+                self.broken = f"the watch broke: {error}"
+
+    def __enter__(self) -> Recorder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.closing = True
+        self.watch.stop()
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def named_condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+START_TIMEOUT = 15
+ABSENT_IMAGE = "localhost/heterotrain/absent:0"
+# "worker pod NAME not Running after N s: REASON (MESSAGE)", as the install guide documents it.
+NOT_RUNNING = re.compile(r"^worker pod (\S+) not Running after (\d+) s: (\w+) \((.*?)\); ")
+
+
+def test_a_job_whose_image_is_on_no_node_fails_at_its_start_timeout(
+    testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """No node has the image and none may pull it (the container node pulls from no registry), so
+    each worker waits in ErrImageNeverPull, as under a kubelet that may not pull. Each start ends
+    at the timeout with its pods deleted and its GPUs released; the second, with no restart left,
+    fails the job."""
+    jobs = Jobs(testbed, namespace)
+    manifest = jobs.manifest(
+        "stuck",
+        gpus=2,
+        image=ABSENT_IMAGE,
+        gpuClasses=["fast", "slow"],
+        startTimeoutSeconds=START_TIMEOUT,
+        restartPolicy={"maxRestarts": 1, "backoffSeconds": 2},
+    )
+    api = kubernetes.config.new_client_from_config(str(testbed.kubeconfig))
+    custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
+    operator = OperatorProcess(testbed, tmp_path / "operator.log")
+    operator.start()
+    try:
+        with (
+            jobs_in(testbed, namespace, timeout=60, until_gone=True),
+            Recorder(
+                custom.list_namespaced_custom_object,
+                "heterotrain.io",
+                "v1alpha1",
+                namespace,
+                "heterotrainjobs",
+            ) as job_watch,
+            Recorder(core.list_namespaced_pod, namespace) as pod_watch,
+        ):
+            jobs.apply(manifest)
+            final = jobs.wait_phase("stuck", "Failed", timeout=3 * START_TIMEOUT + 60)
+            wait_for(lambda: not jobs.pods("stuck") or None, 60, "the workers to be deleted")
+            # The GPUs are free again: a job that needs both nodes' only GPU is placed on them.
+            jobs.apply({**manifest, "metadata": {**manifest["metadata"], "name": "next"}})
+            nodes = wait_for(
+                lambda: (
+                    len(placed := jobs.pods("next")) == 2 and sorted(p["spec"]["nodeName"] for p in placed)
+                ),
+                60,
+                "the next job's two workers",
+            )
+        assert not job_watch.broken and not pod_watch.broken, job_watch.broken or pod_watch.broken
+    finally:
+        operator.stop()
+        print(f"--- operator log ---\n{operator.tail(40)}")
+    assert nodes == ["ctr-fast", "ctr-slow"]
+
+    # What each worker pod went through, from the API server: why it waited, when it was created,
+    # and whether it was deleted.
+    waited: dict[str, tuple[str, str]] = {}
+    created: dict[str, float] = {}
+    deleted: set[str] = set()
+    for kind, pod_seen in pod_watch.events:
+        name = pod_seen["metadata"]["name"]
+        if not name.startswith("stuck-"):
+            continue
+        created[name] = stamp(pod_seen["metadata"]["creationTimestamp"])
+        if kind == "DELETED":
+            deleted.add(name)
+        for container in pod_seen.get("status", {}).get("containerStatuses") or []:
+            waiting = container.get("state", {}).get("waiting")
+            if waiting:
+                waited[name] = (waiting["reason"], waiting.get("message", ""))
+    assert sorted(created) == ["stuck-g0-w0", "stuck-g0-w1", "stuck-g1-w0", "stuck-g1-w1"]
+    assert deleted == set(created), "every worker of both starts was deleted"
+    assert {reason for reason, _ in waited.values()} == {"ErrImageNeverPull"}
+    assert all(ABSENT_IMAGE in message for _, message in waited.values())
+
+    # The first start timed out: queued again with its GPUs released, Placed naming a pod and why
+    # it waited.
+    statuses = [s for _, job in job_watch.events if (s := job.get("status") or {})]
+    requeued = next(s for s in statuses if named_condition(s, "Placed").get("reason") == "StartTimeout")
+    assert (requeued["phase"], requeued["restarts"]) == ("Queued", 1)
+    assert requeued["allocation"]["workers"] == []
+    match = NOT_RUNNING.match(named_condition(requeued, "Placed")["message"])
+    assert match is not None, named_condition(requeued, "Placed")
+    pod_name, seconds, reason, message = match.groups()
+    assert pod_name in ("stuck-g0-w0", "stuck-g0-w1") and int(seconds) >= START_TIMEOUT
+    assert (reason, message) == waited[pod_name]
+
+    # The second start timed out too: with no restart left the job failed, no sooner than the
+    # timeout after that start's pods were created.
+    assert (final["phase"], final["restarts"]) == ("Failed", 1)
+    assert final["allocation"]["workers"] == []
+    failed = named_condition(final, "Failed")
+    assert failed["reason"] == "StartTimeout"
+    match = NOT_RUNNING.match(failed["message"])
+    assert match is not None, failed
+    pod_name, seconds, reason, message = match.groups()
+    assert pod_name in ("stuck-g1-w0", "stuck-g1-w1") and int(seconds) >= START_TIMEOUT
+    assert (reason, message) == waited[pod_name]
+    assert "no restarts left" in failed["message"]
+    second_start = min(created["stuck-g1-w0"], created["stuck-g1-w1"])
+    assert stamp(failed["lastTransitionTime"]) >= second_start + START_TIMEOUT
