@@ -47,6 +47,7 @@ def initial_plan(
         params = spec.parallelism.parameters()
         assert isinstance(params, HetPipeParameters)
         extra["hetpipe"], batches = _hetpipe(allocation, speeds, spec.batch.global_batch, params)
+        extra["learning_rate_scale"] = hetpipe_learning_rate_scale(extra["hetpipe"])
     elif strategy is contract.Strategy.ESYNC:
         params_e = spec.parallelism.parameters()
         assert isinstance(params_e, ESyncParameters)
@@ -125,6 +126,13 @@ def _hetpipe(
         ),
         batches,
     )
+
+
+def hetpipe_learning_rate_scale(params: contract.HetPipeParams) -> float:
+    """Every virtual worker's wave update is added to the global weights: the step is scaled down by
+    the number of virtual workers, so the combined step per clock stays close to one worker's (the
+    runtime's tested layout does the same)."""
+    return 1.0 / len(params.virtual_workers)
 
 
 def plan_status(plan: contract.Plan, epoch: int = 0) -> StatusPlan:
