@@ -5,6 +5,7 @@ jobs run one after another, since each takes every GPU."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from tests.operator.live import OperatorProcess
 from tests.reliability.faults_cluster import Cluster, status
 from tests.reliability.faults_training import worker_run
 
+from hetero_operator.controller import names
+from hetero_operator.plan import Plan
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
@@ -30,6 +33,11 @@ TARGET_ACCURACY = 0.90
 JOB_SECONDS = 180  # each job, from apply to Succeeded, on a busy two-core machine
 
 
+DIGITS_LAYER_COSTS = [4161.0, 1.0, 4161.0, 1.0, 651.0]  # Linear 64x64, ReLU, Linear 64x64, ReLU, Linear 64x10
+# The minimum-bottleneck cuts of those costs over speeds 1, 0.5, 0.25 (by hand: 4162, 8322, 2608).
+DIGITS_CUTS = [[2, 3]]
+
+
 @dataclass(frozen=True)
 class StrategyCase:
     strategy: str
@@ -38,7 +46,9 @@ class StrategyCase:
 
 
 CASES = [
-    StrategyCase("hetpipe", 8, {"staleness": 0}),
+    # No virtualWorkerSize: the planner picks one pipeline of all three GPUs (1.75 against three
+    # one-GPU workers at the slowest one's 0.75); the layer costs are digits' parameters + 1.
+    StrategyCase("hetpipe", 12, {"staleness": 0, "layerCosts": DIGITS_LAYER_COSTS}),
     StrategyCase("esync", 6, {}),
     StrategyCase("dreamddp", 6, {"period": 3}),
     StrategyCase("sesgd", 6, {"seed": 7}),
@@ -113,5 +123,21 @@ def test_strategy_trains_digits_on_three_speeds(bed: Testbed, cluster: Cluster, 
     progress = run.progress()
     assert [line["epoch"] for line in progress] == list(range(1, case.epochs + 1))
     accuracy = (progress[-1].get("evaluation") or {}).get("accuracy")
-    print(f"{case.strategy}: accuracy {accuracy}, {wall:.0f} s from apply to Succeeded, plan {state['plan']}")
+    curve = [round((line.get("evaluation") or {}).get("accuracy", 0.0), 3) for line in progress]
+    print(f"{case.strategy}: accuracy {accuracy}, {wall:.0f} s from apply to Succeeded, per epoch {curve}")
     assert accuracy is not None and accuracy >= TARGET_ACCURACY, _logs(bed, cluster.namespace, job)
+    if case.strategy == "hetpipe":
+        check_hetpipe_layout(bed, cluster.namespace, job, workers)
+
+
+def check_hetpipe_layout(bed: Testbed, namespace: str, job: str, workers: list[dict[str, Any]]) -> None:
+    """One virtual worker, its stages in speed order, cut where the planner balances the layer costs."""
+    stages = sorted((w["virtualWorker"], w["stage"], w["gpuClass"]) for w in workers)
+    assert stages == [(0, 0, "fast"), (0, 1, "medium"), (0, 2, "slow")]
+    config_map = bed.kubectl(
+        "get", "configmap", names.plan_config_map_name(job), "-n", namespace, "-o", "json"
+    )
+    plan = Plan.model_validate_json(json.loads(config_map.stdout)["data"]["plan.json"])
+    assert plan.hetpipe is not None
+    assert plan.hetpipe.stage_boundaries == DIGITS_CUTS
+    assert plan.learning_rate_scale == 1.0
