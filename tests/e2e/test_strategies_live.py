@@ -43,12 +43,13 @@ class StrategyCase:
     strategy: str
     epochs: int
     parameters: dict[str, Any]
+    passes: int = 1  # passes over the training set per epoch
 
 
 CASES = [
     # No virtualWorkerSize: the planner picks one pipeline of all three GPUs (1.75 against three
     # one-GPU workers at the slowest one's 0.75); the layer costs are digits' parameters + 1.
-    StrategyCase("hetpipe", 12, {"staleness": 0, "layerCosts": DIGITS_LAYER_COSTS}),
+    StrategyCase("hetpipe", 8, {"staleness": 0, "layerCosts": DIGITS_LAYER_COSTS}, passes=2),
     StrategyCase("esync", 6, {}),
     StrategyCase("dreamddp", 6, {"period": 3}),
     StrategyCase("sesgd", 6, {"seed": 7}),
@@ -66,6 +67,7 @@ def strategy_job(case: StrategyCase, namespace: str) -> dict[str, Any]:
             "gpus": {"min": 3, "max": 3},
             "gpuClasses": ["fast", "medium", "slow"],
             "parallelism": {"strategy": case.strategy, case.strategy: case.parameters},
+            "env": [{"name": "DIGITS_PASSES_PER_EPOCH", "value": str(case.passes)}],
             "batch": {"global": 64},
             "epochs": case.epochs,
             "restartPolicy": {"maxRestarts": 0, "backoffSeconds": 0},
