@@ -235,6 +235,54 @@ def test_hetpipe_plan_puts_each_virtual_worker_batch_on_its_first_stage() -> Non
     assert plan.local_batches == [64, 0, 16, 0]  # virtual-worker speeds 2.0 and 0.5
 
 
+DIGITS_LAYER_COSTS = [4161.0, 1.0, 4161.0, 1.0, 651.0]  # parameters + 1 of each layer, hidden 64
+
+
+def test_hetpipe_plan_cuts_the_pipeline_by_layer_costs_at_the_stage_speeds() -> None:
+    """One virtual worker over fast, medium and slow: the cuts are the hand-computed minimum-bottleneck
+    ones ({0,1} | {2} | {3,4}: 4162, 8322 and 2608 at speeds 1, 0.5, 0.25), one virtual worker keeps the
+    learning rate, and its first stage takes the whole batch."""
+    model = job(
+        gpus={"min": 3, "max": 3},
+        batch={"global": 64},
+        parallelism={"strategy": "hetpipe", "hetpipe": {"layerCosts": DIGITS_LAYER_COSTS}},
+    )
+    workers = [
+        WorkerAllocation(rank=r, node=c, gpu_class=c, gpus=1, virtual_worker=0, stage=r)
+        for r, c in enumerate(["fast", "medium", "slow"])
+    ]
+    plan = initial_plan(model.spec, Allocation.from_workers(workers), SPEEDS)
+    assert plan.hetpipe is not None
+    assert plan.hetpipe.virtual_workers == [[0, 1, 2]]
+    assert plan.hetpipe.stage_boundaries == [[2, 3]]
+    assert plan.learning_rate_scale == 1.0
+    assert plan.local_batches == [64, 0, 0]
+
+
+def test_hetpipe_plan_scales_the_learning_rate_by_one_over_the_virtual_workers() -> None:
+    model = job(gpus={"min": 3, "max": 3}, batch={"global": 64}, parallelism={"strategy": "hetpipe"})
+    workers = [
+        WorkerAllocation(rank=r, node=c, gpu_class=c, gpus=1, virtual_worker=r, stage=0)
+        for r, c in enumerate(["fast", "medium", "slow"])
+    ]
+    plan = initial_plan(model.spec, Allocation.from_workers(workers), SPEEDS)
+    assert plan.hetpipe is not None and plan.hetpipe.stage_boundaries == [[], [], []]
+    assert plan.learning_rate_scale == pytest.approx(1 / 3)
+
+
+def test_hetpipe_plan_refuses_more_stages_than_layers() -> None:
+    model = job(
+        gpus={"min": 3, "max": 3},
+        parallelism={"strategy": "hetpipe", "hetpipe": {"layerCosts": [1.0, 1.0]}},
+    )
+    workers = [
+        WorkerAllocation(rank=r, node="a", gpu_class="fast", gpus=1, virtual_worker=0, stage=r)
+        for r in range(3)
+    ]
+    with pytest.raises(PlanBuildError, match="layerCosts"):
+        initial_plan(model.spec, Allocation.from_workers(workers), SPEEDS)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     classes=st.lists(st.sampled_from(sorted(SPEEDS)), min_size=1, max_size=12),

@@ -16,6 +16,7 @@ from hetero_operator.planner.pipeline import (
     Link,
     Links,
     choose_nm,
+    compute_only_cuts,
     max_in_flight,
     partition_pipeline,
     stage_memory_mb,
@@ -160,3 +161,12 @@ def test_partitioner_matches_brute_force(case: tuple[list[Layer], list[Gpu], int
     assert sorted(plan.order) == sorted(by_name)
     assert plan.stage_ms == pytest.approx(stage_times(layers, ordered, plan.stages, links))
     assert all(m <= g.memory_mb for m, g in zip(plan.memory_mb, ordered, strict=True))
+
+
+def test_compute_only_cuts_match_the_hand_computed_partitions() -> None:
+    # The note's P1: layers [6,4,4,3,2,1] ms on speeds 1.0 / 0.8 / 0.4 -> {0,1} | {2,3} | {4,5}.
+    assert compute_only_cuts([6, 4, 4, 3, 2, 1], [1.0, 0.8, 0.4], 3) == [2, 4]
+    # Digits' layers by parameters + 1 (Linear 64x64, ReLU, Linear 64x64, ReLU, Linear 64x10) on
+    # 1 / 0.5 / 0.25: {0,1} | {2} | {3,4} takes 4162, 8322 and 2608; every other cut is slower.
+    assert compute_only_cuts([4161, 1, 4161, 1, 651], [1.0, 0.5, 0.25], 3) == [2, 3]
+    assert compute_only_cuts([5, 5], [1.0], 1) == []

@@ -20,6 +20,7 @@ from hetero_operator import metric_names as names
 from hetero_operator import plan as contract
 from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams, Strategy
 from hetero_operator.planner.batch import proportional_split
+from hetero_operator.planner.wsp import learning_rate_scale
 from hetero_runtime.launcher import DEVICE_ENV
 from hetero_runtime.progress import parse_progress
 from hetero_runtime.torchrun_env import LOCAL_WORLD_SIZE_ENV
@@ -89,10 +90,7 @@ def initial_plan(
         if layer_costs is None:
             raise ValueError("a hetpipe plan needs the model's layer costs to cut it into stages")
         extra["hetpipe"], batches = local_hetpipe_params(speeds, layer_costs, global_batch)
-        # Every VW's wave update is added to the global weights: scale the step down by the number of
-        # VWs so the combined step per clock stays close to one worker's.
-        hetpipe = extra["hetpipe"]
-        extra["learning_rate_scale"] = 1.0 / len(hetpipe.virtual_workers)
+        extra["learning_rate_scale"] = learning_rate_scale(len(extra["hetpipe"].virtual_workers))
     return Plan(
         version=version,
         strategy=strategy,

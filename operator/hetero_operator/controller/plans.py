@@ -11,6 +11,9 @@ from typing import Any
 
 from hetero_operator import plan as contract
 from hetero_operator.planner.batch import proportional_split
+from hetero_operator.planner.errors import PlanningError
+from hetero_operator.planner.pipeline import compute_only_cuts
+from hetero_operator.planner.wsp import learning_rate_scale
 from hetero_operator.resources import Allocation, HeteroTrainJobSpec
 from hetero_operator.resources import Plan as StatusPlan
 from hetero_operator.resources.job_spec import InitialSplit
@@ -36,7 +39,8 @@ def initial_plan(
     """Plan `version` for `allocation`: data-parallel strategies split the global batch by speed prior
     (or evenly with `rebalance.initialSplit: even`; capped by `batch.perGpuClassMax`); ESync gives
     every worker the same batch (speed shows in its local step count); HetPipe gives each virtual
-    worker's first stage a share by summed stage speed."""
+    worker's first stage a share by summed stage speed, cuts its pipeline with the planner and scales
+    the learning rate by one over the virtual workers."""
     workers = allocation.workers
     if not workers:
         raise PlanBuildError("allocation.workers: a plan needs at least one worker")
@@ -47,6 +51,7 @@ def initial_plan(
         params = spec.parallelism.parameters()
         assert isinstance(params, HetPipeParameters)
         extra["hetpipe"], batches = _hetpipe(allocation, speeds, spec.batch.global_batch, params)
+        extra["learning_rate_scale"] = learning_rate_scale(len(extra["hetpipe"].virtual_workers))
     elif strategy is contract.Strategy.ESYNC:
         params_e = spec.parallelism.parameters()
         assert isinstance(params_e, ESyncParameters)
@@ -106,16 +111,15 @@ def _hetpipe(
         groups.setdefault(group, []).append((worker.stage or 0, worker.rank))
     virtual_workers = [[rank for _, rank in sorted(members)] for _, members in sorted(groups.items())]
     by_rank = {w.rank: w for w in allocation.workers}
-    vw_speed = [sum(_speed(speeds, by_rank[r].gpu_class) for r in vw) for vw in virtual_workers]
+    stage_speeds = [[_speed(speeds, by_rank[r].gpu_class) for r in vw] for vw in virtual_workers]
+    vw_speed = [sum(stages) for stages in stage_speeds]
     ones = [1] * len(virtual_workers)
     shares = proportional_split(global_batch, vw_speed, ones, [float("inf")] * len(virtual_workers))
     batches = [0] * len(allocation.workers)
     for vw, share in zip(virtual_workers, shares, strict=True):
         batches[vw[0]] = int(share)
     depth = params.pipeline_depth or max(len(vw) for vw in virtual_workers)
-    # The operator does not know the model's layers: the smallest valid cuts (one layer per stage but
-    # the last) stand until the runtime or the rebalancer publishes cuts fitted to the model.
-    cuts = [list(range(1, len(vw))) for vw in virtual_workers]
+    cuts = [_stage_cuts(params.layer_costs, vw_speeds, depth) for vw_speeds in stage_speeds]
     return (
         contract.HetPipeParams(
             virtual_workers=virtual_workers,
@@ -125,6 +129,18 @@ def _hetpipe(
         ),
         batches,
     )
+
+
+def _stage_cuts(layer_costs: list[float] | None, stage_speeds: list[float], depth: int) -> list[int]:
+    """The planner's minimum-bottleneck cuts of the spec's per-layer costs over the stages' speed
+    priors. Without costs the operator does not know the model's layers: the smallest valid cuts
+    (one layer per stage but the last) stand."""
+    if layer_costs is None:
+        return list(range(1, len(stage_speeds)))
+    try:
+        return compute_only_cuts(layer_costs, stage_speeds, depth)
+    except PlanningError as exc:
+        raise PlanBuildError(f"parallelism.hetpipe.layerCosts: {exc}") from exc
 
 
 def plan_status(plan: contract.Plan, epoch: int = 0) -> StatusPlan:

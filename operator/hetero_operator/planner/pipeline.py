@@ -359,3 +359,19 @@ def choose_nm(
         if thr > best_thr * (1 + 1e-12):
             best_nm, best_thr = nm, thr
     return best_nm
+
+
+def compute_only_cuts(layer_costs: Sequence[float], stage_speeds: Sequence[float], nm: int) -> list[int]:
+    """Stage boundaries (each stage's first layer, the first stage's 0 left out) of the minimum-
+    bottleneck partition of layers costing ``layer_costs`` over GPUs of ``stage_speeds`` in that
+    order, when only compute counts (no memory limit, free links)."""
+    if len(stage_speeds) == 1:
+        return []
+    layers = [Layer(time_ms=cost, activation_mb=0.0, param_mb=0.0, stash_mb=0.0) for cost in layer_costs]
+    gpus = [
+        Gpu(name=f"stage{i}", speed=speed, memory_mb=math.inf, node="local")
+        for i, speed in enumerate(stage_speeds)
+    ]
+    free = Link(latency_ms=0.0, mb_per_ms=math.inf)
+    plan = partition_pipeline(layers, gpus, nm, Links(free, free), fixed_order=True)
+    return [stage[0] for stage in plan.stages[1:]]

@@ -213,3 +213,27 @@ def allocate_virtual_workers(
     if best is None:
         raise PlanningError("policy: no policy applies; " + "; ".join(reasons))
     return best
+
+
+def choose_virtual_worker_size(
+    nodes: Sequence[Node], policy: Policy, *, score: Scorer | None = None
+) -> Allocation:
+    """The virtual-worker size a spec left unset: of every k that divides the GPUs into whole
+    virtual workers under ``policy``, the one whose allocation scores highest. Ties go to the
+    smaller k: shorter pipelines send fewer activations and keep more data parallelism."""
+    total = sum(n.gpus for n in nodes)
+    best: Allocation | None = None
+    reasons = []
+    for k in (size for size in range(1, total + 1) if total % size == 0):
+        try:
+            candidate = allocate_virtual_workers(nodes, k, policy, score=score)
+        except PlanningError as exc:
+            reasons.append(f"k={k}: {exc}")
+            continue
+        if sum(len(vw) for vw in candidate.virtual_workers) != total:
+            continue  # NP leaves GPUs of some nodes out at this size
+        if best is None or candidate.score > best.score * (1 + 1e-9):
+            best = candidate
+    if best is None:
+        raise PlanningError("virtualWorkerSize: no size groups every GPU; " + "; ".join(reasons))
+    return best

@@ -54,3 +54,11 @@ def may_start(minibatch: int, nm: int, distance: int, completed: int, global_clo
         raise PlanningError("completed and global_clock must be >= 0")
     local_ok = minibatch <= nm or completed >= minibatch - nm
     return local_ok and global_clock >= required_global_clock(minibatch, nm, distance)
+
+
+def learning_rate_scale(virtual_workers: int) -> float:
+    """Every virtual worker's wave update is added to the global weights: the step is scaled down by
+    the number of virtual workers, so the combined step per clock stays close to one worker's."""
+    if virtual_workers < 1:
+        raise PlanningError("virtual_workers: at least one is needed")
+    return 1.0 / virtual_workers

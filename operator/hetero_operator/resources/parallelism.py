@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, model_validator
 
 from hetero_operator.plan import Strategy
 from hetero_operator.resources.base import CelRule, WireModel, cel_rules
@@ -35,7 +35,8 @@ class HetPipeParameters(WireModel):
         default=None,
         ge=1,
         le=64,
-        description="GPUs per virtual worker (pipeline stages). Unset: the GPUs of one node.",
+        description="GPUs per virtual worker (pipeline stages). Unset: the planner picks the size whose "
+        "virtual workers it predicts fastest.",
     )
     allocation_policy: AllocationPolicy = Field(
         default=AllocationPolicy.AUTO,
@@ -56,6 +57,14 @@ class HetPipeParameters(WireModel):
         le=64,
         description="Clock distance bound D between the fastest and the slowest virtual worker, in waves. "
         "0 makes the waves synchronous.",
+    )
+    layer_costs: list[PositiveFloat] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Relative compute cost of each layer of the model's `layers`, in order (for example its "
+        "parameter counts): the planner cuts each virtual worker's pipeline where its stages take equal "
+        "time at their GPUs' speeds. Unset: the smallest valid cuts (one layer per stage but the last).",
     )
 
 

@@ -18,7 +18,12 @@ from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.planner.batch import ClusterModel, WorkerModel, optimal_split
 from hetero_operator.planner.errors import PlanningError
-from hetero_operator.planner.virtual_workers import Node, Policy, allocate_virtual_workers
+from hetero_operator.planner.virtual_workers import (
+    Node,
+    Policy,
+    allocate_virtual_workers,
+    choose_virtual_worker_size,
+)
 from hetero_operator.resources import AllocationPolicy, Strategy
 from hetero_operator.scheduler.snapshot import ClassProfile, GPUClassInfo, JobRequest, MeasuredProfile
 
@@ -71,7 +76,7 @@ class JobShape:
     strategy: Strategy
     global_batch: int
     max_local_batch: tuple[tuple[str, int], ...]
-    virtual_worker_size: int
+    virtual_worker_size: int | None  # HetPipe's; None: the planner picks it
     allocation_policy: AllocationPolicy
     profile: MeasuredProfile | None
 
@@ -81,7 +86,7 @@ class JobShape:
             strategy=job.strategy,
             global_batch=job.global_batch,
             max_local_batch=tuple(sorted(job.max_local_batch.items())),
-            virtual_worker_size=job.chunk,
+            virtual_worker_size=job.virtual_worker_size if job.strategy is Strategy.HETPIPE else 1,
             allocation_policy=job.allocation_policy,
             profile=job.profile,
         )
@@ -185,9 +190,11 @@ def predict_virtual_workers(
         for i, (gpu_class, count) in enumerate(node_counts)
     ]
     try:
-        layout = allocate_virtual_workers(
-            nodes, shape.virtual_worker_size, Policy(shape.allocation_policy.value)
-        )
+        policy = Policy(shape.allocation_policy.value)
+        if shape.virtual_worker_size is None:
+            layout = choose_virtual_worker_size(nodes, policy)
+        else:
+            layout = allocate_virtual_workers(nodes, shape.virtual_worker_size, policy)
     except PlanningError:
         return None
     samples_per_second = layout.score * 1000.0 / prior.ms_per_sample

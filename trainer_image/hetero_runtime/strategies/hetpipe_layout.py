@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hetero_operator.plan import HetPipeParams
 from hetero_operator.planner.batch import proportional_split
-from hetero_operator.planner.pipeline import Gpu, Layer, Link, Links, partition_pipeline
+from hetero_operator.planner.pipeline import compute_only_cuts
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,7 @@ def stage_boundaries(
     layer_costs: Sequence[float], stage_speeds: Sequence[float], in_flight: int
 ) -> list[int]:
     """Cuts of a pipeline over GPUs of the given speeds, in the given order, from the planner."""
-    if len(stage_speeds) == 1:
-        return []
-    layers = [Layer(time_ms=cost, activation_mb=0.0, param_mb=0.0, stash_mb=0.0) for cost in layer_costs]
-    gpus = [
-        Gpu(name=f"stage{i}", speed=s, memory_mb=float("inf"), node="local")
-        for i, s in enumerate(stage_speeds)
-    ]
-    free = Link(latency_ms=0.0, mb_per_ms=float("inf"))
-    plan = partition_pipeline(layers, gpus, in_flight, Links(free, free), fixed_order=True)
-    return [stage[0] for stage in plan.stages[1:]]
+    return compute_only_cuts(layer_costs, stage_speeds, in_flight)
 
 
 def local_hetpipe_params(
