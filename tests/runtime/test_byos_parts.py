@@ -3,6 +3,7 @@ and heterotrain.Checkpoint resuming a one-process loop mid-epoch to the uninterr
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -217,3 +218,27 @@ def test_checkpoint_resumes_mid_epoch_to_the_uninterrupted_state(tmp_path: Path)
     assert resumed.loader.position == straight.loader.position
     for name, tensor in straight.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
+
+
+def test_restore_gives_back_the_saved_scheduler_scaler_and_optimizer_state(tmp_path: Path) -> None:
+    """What a fresh script restores is exactly what the stopped one held when it saved: momentum
+    buffers, the scheduler's step count and rate, the GradScaler's grown scale and growth tracker."""
+    stopped = train(tmp_path, stop_mid_epoch=True)
+    saved = {
+        "optimizer": copy.deepcopy(stopped.optimizer.state_dict()),
+        "scheduler": stopped.scheduler.state_dict(),
+        "scaler": stopped.scaler.state_dict(),
+        "model": copy.deepcopy(stopped.model.state_dict()),
+    }
+    fresh = fresh_script(tmp_path)
+    assert fresh.scaler.state_dict() != saved["scaler"]  # else the comparison below proves nothing
+    assert fresh.checkpoint.restore()
+    assert fresh.scheduler.state_dict() == saved["scheduler"]
+    assert fresh.scaler.state_dict() == saved["scaler"]
+    restored = fresh.optimizer.state_dict()
+    assert restored["param_groups"] == saved["optimizer"]["param_groups"]
+    for index, state in saved["optimizer"]["state"].items():
+        assert torch.equal(restored["state"][index]["momentum_buffer"], state["momentum_buffer"])
+    for name, tensor in saved["model"].items():
+        assert torch.equal(fresh.model.state_dict()[name], tensor), name
+    assert fresh.loader.position == stopped.loader.position
