@@ -67,14 +67,24 @@ class Stream(IterableDataset[int]):
         return iter(range(10))
 
 
+class IndexedWithoutLength:
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
 def test_datasets_the_sampler_cannot_split_are_refused_with_the_fix() -> None:
     assert dataset_refusal(TensorDataset(torch.zeros(3))) is None
-    message = dataset_refusal(Stream())
-    assert message is not None and "Stream" in message and "map-style dataset" in message
+    assert dataset_refusal(Stream()) is None
+    workers = dataset_refusal(Stream(), num_workers=2)
+    assert workers is not None and "Stream" in workers and "num_workers=0" in workers
+    unsized = dataset_refusal(IndexedWithoutLength())
+    assert unsized is not None and "add __len__" in unsized and "IterableDataset" in unsized
+    neither = dataset_refusal(42)
+    assert neither is not None and "int" in neither and "TensorDataset" in neither
     empty = dataset_refusal(TensorDataset(torch.zeros(0)))
     assert empty is not None and "empty" in empty
-    with pytest.raises(WrapperError, match="map-style dataset"):
-        HeteroDataLoader(Stream(), batch_size=4)
+    with pytest.raises(WrapperError, match="num_workers=0"):
+        HeteroDataLoader(Stream(), batch_size=4, num_workers=1)
 
 
 def test_wrapping_before_init_names_the_missing_call() -> None:
