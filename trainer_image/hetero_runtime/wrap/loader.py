@@ -159,6 +159,9 @@ class HeteroDataLoader:
             yield to_device(batch, session.device, self.pin_memory) if self.move_to_device else batch
         self._finish_step()
         session.step = session.step_started = None
+        averaging = session.step_averaging()
+        if averaging is not None:
+            averaging.end_epoch()  # one model again for evaluation, checkpoints and the next plan
         extra = {}
         estimate = session.noise.estimate
         if estimate is not None:
@@ -177,14 +180,24 @@ class HeteroDataLoader:
         self.record.epoch_done(record, session.env.epochs, session.env.result_file)
 
     def _finish_step(self) -> None:
-        """Export the measurements of the step just done, once its optimizer step is over too."""
+        """End the step just done, once its optimizer step is over too: the local-step strategies'
+        averaging, then the step's measurements."""
         session = self.session
-        if session.pending_timing is None or session.step is None or session.step_started is None:
+        if session.step is None or session.step_started is None:
+            return
+        averaging = session.step_averaging()
+        averaged = 0.0
+        if averaging is not None:
+            began = time.perf_counter()
+            averaging.after_step()
+            averaged = time.perf_counter() - began
+        if session.pending_timing is None:
             return
         compute, until_sync, comm = session.pending_timing
         session.pending_timing = None
         total = time.perf_counter() - session.step_started.wall
-        session.metrics.record_step(StepRecord(compute, until_sync, comm, total, session.step.local_batch))
+        record = StepRecord(compute, until_sync, comm + averaged, total, session.step.local_batch)
+        session.metrics.record_step(record)
 
     def state_dict(self) -> dict[str, Any]:
         plan = self.session.plan

@@ -8,19 +8,39 @@ from torch.utils.data import IterableDataset
 
 from hetero_operator.plan import Plan, Strategy
 
-SUPPORTED_STRATEGY = Strategy.DATA
+WRAPPED_STRATEGIES = (Strategy.DATA, Strategy.SESGD, Strategy.DREAMDDP)
+"""What a loop of the script's own can run: a synchronous step, or a local step then averaging."""
 
 
 def strategy_refusal(plan: Plan) -> str | None:
-    """A script that keeps its own loop runs the synchronous `data` strategy only: the other strategies
-    change what a step is (local steps, pipelines, per-layer updates) and need the runtime's loop."""
-    if plan.strategy is SUPPORTED_STRATEGY:
+    """`esync` and `hetpipe` change what a step is (rounds of different step counts per rank, a model
+    cut into pipeline stages): they need the runtime's loop."""
+    if plan.strategy in WRAPPED_STRATEGIES:
         return None
+    names = ", ".join(s.value for s in WRAPPED_STRATEGIES)
     return (
         f"plan version {plan.version} runs strategy {plan.strategy.value!r}, but a training script of your "
-        f"own (heterotrain worker -- CMD, or hetero_runtime.wrap) runs the {SUPPORTED_STRATEGY.value!r} "
-        "strategy only: set spec.parallelism.strategy: data, or hand the loop to "
-        "hetero_runtime.api.TrainingJob to use " + repr(plan.strategy.value)
+        f"own (hetero_runtime.wrap) runs {names} only: set spec.parallelism.strategy: data (or another of "
+        "those), or hand the loop to hetero_runtime.api.TrainingJob to use " + repr(plan.strategy.value)
+    )
+
+
+def unmodified_script_refusal(plan: Plan) -> str | None:
+    """`heterotrain worker -- CMD` runs a DDP script as it is: only the `data` strategy means what such a
+    script does (every other strategy needs the wrapper, or the runtime's loop)."""
+    if plan.strategy is Strategy.DATA:
+        return None
+    wrapped = plan.strategy in WRAPPED_STRATEGIES
+    port = (
+        "port the script to hetero_runtime.wrap (docs/porting.md) and start it without "
+        "`heterotrain worker --` (command: [python, train.py])"
+        if wrapped
+        else "hand the loop to hetero_runtime.api.TrainingJob"
+    )
+    return (
+        f"plan version {plan.version} runs strategy {plan.strategy.value!r}, but `heterotrain worker -- CMD` "
+        "runs an unmodified DDP script, which synchronises every step as the 'data' strategy does: set "
+        f"spec.parallelism.strategy: data, or {port} to use {plan.strategy.value!r}"
     )
 
 
