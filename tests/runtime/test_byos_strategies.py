@@ -73,3 +73,18 @@ def test_dreamddp_through_the_wrapper_reaches_the_data_accuracy(tmp_path: Path) 
     accuracy, results = run_ported(tmp_path, plan)
     check_planned_shares(plan, results)
     assert accuracy >= ACCURACY
+
+
+def test_step_end_averaging_follows_the_strategies_schedules(tmp_path: Path) -> None:
+    results = run_ranks("byos_averaging.py", 4, tmp_path, timeout=60)
+    # Rank r starts with every parameter equal to 2**r: any two groups of two differ in their mean.
+    mean = sum(2.0**r for r in range(4)) / 4
+    for rank, result in enumerate(results):
+        step = result["sesgd_step"]
+        assert step["got"] == pytest.approx([step["group_mean"]] * 2)
+        assert result["sesgd_epoch_end"] == pytest.approx([mean, mean])
+        # Phase 0 averages the input-side layer only; phase 1 then the output side.
+        assert result["dreamddp_phase_0"] == pytest.approx([2.0**rank, mean])
+        assert result["dreamddp_phase_1"] == pytest.approx([mean, mean])
+    # Groups of two differ between them: the step's averaging stayed inside each group.
+    assert len({r["sesgd_step"]["group_mean"] for r in results}) == 2
