@@ -22,8 +22,10 @@ def run_ranks(
     timeout: float = 90.0,
     extra_env: dict[str, str] | None = None,
     rank_env: Callable[[int], dict[str, str]] | None = None,
+    args: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Start `world` copies of scripts/`script`; each writes out_dir/rank-N.json. Returns those.
+    """Start `world` copies of scripts/`script` (or of `script` itself, given as an absolute path) with
+    `args`; each writes out_dir/rank-N.json. Returns those.
     `rank_env(rank)`: variables for one rank only (a volume only rank 0 mounts, say)."""
     port = free_port()
     processes = []
@@ -44,7 +46,7 @@ def run_ranks(
             )
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, str(SCRIPTS / script)],
+                    [sys.executable, str(SCRIPTS / script), *(args or [])],
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,

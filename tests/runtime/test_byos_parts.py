@@ -3,6 +3,7 @@ and heterotrain.Checkpoint resuming a one-process loop mid-epoch to the uninterr
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from hetero_runtime.simulate import SpeedSimulator
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
 from hetero_runtime.wrap.buckets import bucket_layout
-from hetero_runtime.wrap.refusals import dataset_refusal, strategy_refusal
+from hetero_runtime.wrap.refusals import dataset_refusal, strategy_refusal, unmodified_script_refusal
 
 POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
 
@@ -51,14 +52,18 @@ def test_a_local_rank_outside_the_host_is_refused_by_name() -> None:
         torchrun_environment(parse_worker_env(environ), environ)
 
 
-def test_strategies_other_than_data_are_refused_with_the_fix() -> None:
+def test_strategies_the_wrapper_cannot_run_are_refused_with_the_fix() -> None:
     data = Plan(version=1, world_size=2, global_batch=8, local_batches=[5, 3])
-    assert strategy_refusal(data) is None
     dream = data.model_copy(update={"strategy": Strategy.DREAMDDP, "dreamddp": DreamDDPParams(period=3)})
-    message = strategy_refusal(dream)
+    assert strategy_refusal(data) is None and strategy_refusal(dream) is None
+    message = strategy_refusal(data.model_copy(update={"strategy": Strategy.ESYNC}))
     assert message is not None
-    assert "'dreamddp'" in message and "spec.parallelism.strategy: data" in message
+    assert "'esync'" in message and "spec.parallelism.strategy: data" in message
     assert "TrainingJob" in message
+    # An unmodified DDP script synchronises every step: only `data` means what it does.
+    assert unmodified_script_refusal(data) is None
+    unported = unmodified_script_refusal(dream)
+    assert unported is not None and "hetero_runtime.wrap" in unported and "strategy: data" in unported
 
 
 class Stream(IterableDataset[int]):
@@ -66,14 +71,24 @@ class Stream(IterableDataset[int]):
         return iter(range(10))
 
 
+class IndexedWithoutLength:
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
 def test_datasets_the_sampler_cannot_split_are_refused_with_the_fix() -> None:
     assert dataset_refusal(TensorDataset(torch.zeros(3))) is None
-    message = dataset_refusal(Stream())
-    assert message is not None and "Stream" in message and "map-style dataset" in message
+    assert dataset_refusal(Stream()) is None
+    workers = dataset_refusal(Stream(), num_workers=2)
+    assert workers is not None and "Stream" in workers and "num_workers=0" in workers
+    unsized = dataset_refusal(IndexedWithoutLength())
+    assert unsized is not None and "add __len__" in unsized and "IterableDataset" in unsized
+    neither = dataset_refusal(42)
+    assert neither is not None and "int" in neither and "TensorDataset" in neither
     empty = dataset_refusal(TensorDataset(torch.zeros(0)))
     assert empty is not None and "empty" in empty
-    with pytest.raises(WrapperError, match="map-style dataset"):
-        HeteroDataLoader(Stream(), batch_size=4)
+    with pytest.raises(WrapperError, match="num_workers=0"):
+        HeteroDataLoader(Stream(), batch_size=4, num_workers=1)
 
 
 def test_wrapping_before_init_names_the_missing_call() -> None:
@@ -85,26 +100,26 @@ def test_wrapping_before_init_names_the_missing_call() -> None:
         Checkpoint(epochs=3)
 
 
-def dreamddp_plan_file(directory: Path) -> Path:
+def plan_file(directory: Path, strategy: Strategy) -> Path:
     plan = Plan(
         version=4,
-        strategy=Strategy.DREAMDDP,
+        strategy=strategy,
         world_size=1,
         global_batch=8,
         local_batches=[8],
-        dreamddp=DreamDDPParams(period=3),
+        dreamddp=DreamDDPParams(period=3) if strategy is Strategy.DREAMDDP else None,
     )
     (directory / "plan.json").write_text(plan.to_json())
     return directory / "plan.json"
 
 
-def test_init_refuses_a_non_data_plan_even_without_a_loader(tmp_path: Path) -> None:
+def test_init_refuses_a_strategy_it_cannot_run_even_without_a_loader(tmp_path: Path) -> None:
     """A script run some other way than `heterotrain worker --` (plain python, torchrun)."""
     env = {
         **os.environ,
         "RANK": "0",
         "WORLD_SIZE": "1",
-        "HETEROTRAIN_PLAN_SOURCE": str(dreamddp_plan_file(tmp_path)),
+        "HETEROTRAIN_PLAN_SOURCE": str(plan_file(tmp_path, Strategy.ESYNC)),
     }
     done = subprocess.run(
         [sys.executable, "-c", "import hetero_runtime.wrap as heterotrain; heterotrain.init()"],
@@ -115,10 +130,11 @@ def test_init_refuses_a_non_data_plan_even_without_a_loader(tmp_path: Path) -> N
     )
     assert done.returncode != 0
     assert "WrapperError" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
+    assert "'esync'" in done.stderr
 
 
 def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_path: Path) -> None:
-    dreamddp_plan_file(tmp_path)
+    plan_file(tmp_path, Strategy.DREAMDDP)
     marker = tmp_path / "ran"
     env = {
         **os.environ,
@@ -136,6 +152,7 @@ def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_pa
     )
     assert done.returncode != 0
     assert "runs strategy 'dreamddp'" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
+    assert "port the script to hetero_runtime.wrap" in done.stderr
     assert not marker.exists()
 
 
@@ -217,3 +234,27 @@ def test_checkpoint_resumes_mid_epoch_to_the_uninterrupted_state(tmp_path: Path)
     assert resumed.loader.position == straight.loader.position
     for name, tensor in straight.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
+
+
+def test_restore_gives_back_the_saved_scheduler_scaler_and_optimizer_state(tmp_path: Path) -> None:
+    """What a fresh script restores is exactly what the stopped one held when it saved: momentum
+    buffers, the scheduler's step count and rate, the GradScaler's grown scale and growth tracker."""
+    stopped = train(tmp_path, stop_mid_epoch=True)
+    saved = {
+        "optimizer": copy.deepcopy(stopped.optimizer.state_dict()),
+        "scheduler": stopped.scheduler.state_dict(),
+        "scaler": stopped.scaler.state_dict(),
+        "model": copy.deepcopy(stopped.model.state_dict()),
+    }
+    fresh = fresh_script(tmp_path)
+    assert fresh.scaler.state_dict() != saved["scaler"]  # else the comparison below proves nothing
+    assert fresh.checkpoint.restore()
+    assert fresh.scheduler.state_dict() == saved["scheduler"]
+    assert fresh.scaler.state_dict() == saved["scaler"]
+    restored = fresh.optimizer.state_dict()
+    assert restored["param_groups"] == saved["optimizer"]["param_groups"]
+    for index, state in saved["optimizer"]["state"].items():
+        assert torch.equal(restored["state"][index]["momentum_buffer"], state["momentum_buffer"])
+    for name, tensor in saved["model"].items():
+        assert torch.equal(fresh.model.state_dict()[name], tensor), name
+    assert fresh.loader.position == stopped.loader.position

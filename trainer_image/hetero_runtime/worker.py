@@ -19,7 +19,7 @@ from hetero_runtime.examples import EXAMPLES
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.plan_client import PlanSourceError, plan_source_from_spec
 from hetero_runtime.torchrun_env import torchrun_environment
-from hetero_runtime.wrap.refusals import strategy_refusal
+from hetero_runtime.wrap.refusals import unmodified_script_refusal
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def initial_plan_refusal(env: WorkerEnv) -> str | None:
     except (PlanSourceError, ValueError) as error:
         log.warning("plan not checked before the script starts: %s", error)
         return None
-    return strategy_refusal(plan)
+    return unmodified_script_refusal(plan)
 
 
 def exec_command(command: Sequence[str]) -> None:

@@ -13,16 +13,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from hetero_operator.plan import Plan, Strategy
 from hetero_runtime.device import to_device
 from hetero_runtime.metrics import StepRecord
-from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
+from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler, step_sizes
 from hetero_runtime.trainer import default_plan
-from hetero_runtime.wrap.refusals import dataset_refusal
+from hetero_runtime.wrap.refusals import dataset_refusal, is_stream
 from hetero_runtime.wrap.report import EpochRecord, RunRecord
 from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
+from hetero_runtime.wrap.stream import stream_steps
 
 STAND_IN_INDEX = 0
 """A rank with no sample in a step (a short last batch split in proportion) still runs the step, so
@@ -54,7 +55,7 @@ class HeteroDataLoader:
         seed: int | None = None,
         session: Session | None = None,
     ) -> None:
-        refusal = dataset_refusal(dataset)
+        refusal = dataset_refusal(dataset, num_workers)
         if refusal is not None:
             raise WrapperError(refusal)
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -70,7 +71,13 @@ class HeteroDataLoader:
         self.pin_memory = self.session.placement.pin_memory if pin_memory is None else pin_memory
         self.move_to_device = move_to_device
         env = self.session.env
-        self.sampler = UnevenBatchSampler(len(dataset), env.rank, env.seed if seed is None else seed)
+        self.stream = is_stream(dataset)
+        # A stream's order is its own (the same on every rank): only indexed datasets are shuffled here.
+        self.sampler = (
+            None
+            if self.stream
+            else UnevenBatchSampler(len(dataset), env.rank, env.seed if seed is None else seed)
+        )
         self.position = SamplerPosition(0, 0)
         self.record = RunRecord(env.rank, env.world_size)
         # Read now, so that len(loader) and local_batch hold before the first epoch (a OneCycleLR
@@ -97,17 +104,31 @@ class HeteroDataLoader:
 
     def __len__(self) -> int:
         """Steps in the current epoch under the plan in force (the same on every rank)."""
+        if self.sampler is None:
+            if not hasattr(self.dataset, "__len__"):
+                raise TypeError(
+                    f"len(HeteroDataLoader): the {type(self.dataset).__name__} stream has no __len__, so "
+                    "its steps per epoch are unknown until it ends: give it __len__ to ask in advance"
+                )
+            return sum(1 for _ in step_sizes(len(self.dataset), 0, self.plan.local_batches))
         return self.sampler.steps_in_epoch(SamplerPosition(self.epoch, 0), self.plan.local_batches)
 
-    def __iter__(self) -> Iterator[Any]:
-        if self.position.consumed >= len(self.dataset):
-            # The script left the last epoch right after its last batch: that epoch is over.
-            self.position = SamplerPosition(self.position.epoch + 1, 0)
-        session, epoch = self.session, self.position.epoch
-        plan = session.plan_for_epoch(epoch, self.batch_size)
-        self.record.plan_applied(epoch, plan.version)
-        session.metrics.set_epoch(epoch)
-        indices, sizes = rank_batches(self.sampler, self.position, plan.local_batches)
+    def _epoch_over(self) -> bool:
+        """The script left the last epoch right after its last batch (a stream's end shows only when
+        read: then the next pass finds it empty and ends at once)."""
+        return self.sampler is not None and self.position.consumed >= len(self.dataset)
+
+    def _batches(self, local_batches: list[int]) -> Iterator[tuple[list[int], Any]]:
+        """(every rank's count, this rank's collated batch) per step, from the current position."""
+        if self.sampler is None:
+            set_epoch = getattr(self.dataset, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.position.epoch)  # a stream that reshuffles per epoch, in step on every rank
+            collate = self.collate_fn or default_collate
+            for step in stream_steps(self.dataset, self.position.consumed, local_batches, self.session.rank):
+                yield step.sizes, collate(step.samples)
+            return
+        indices, sizes = rank_batches(self.sampler, self.position, local_batches)
         loader = DataLoader(
             self.dataset,
             batch_sampler=indices,
@@ -115,20 +136,32 @@ class HeteroDataLoader:
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
         )
+        yield from zip(sizes, loader, strict=True)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._epoch_over():
+            self.position = SamplerPosition(self.position.epoch + 1, 0)
+        session, epoch = self.session, self.position.epoch
+        plan = session.plan_for_epoch(epoch, self.batch_size)
+        self.record.plan_applied(epoch, plan.version)
+        session.metrics.set_epoch(epoch)
         started, samples, steps = time.perf_counter(), 0, 0
         rank = session.rank
-        for step_sizes, batch in zip(sizes, loader, strict=True):
+        for sizes, batch in self._batches(plan.local_batches):
             self._finish_step()
-            session.step = StepShare(step_sizes[rank], step_sizes)
+            session.step = StepShare(sizes[rank], sizes)
             session.step_started = session.simulator.begin()
             # Counted as consumed once handed out: a checkpoint the script saves after this step's
             # optimizer step resumes after it.
-            self.position = SamplerPosition(epoch, self.position.consumed + sum(step_sizes))
-            samples += step_sizes[rank]
+            self.position = SamplerPosition(epoch, self.position.consumed + sum(sizes))
+            samples += sizes[rank]
             steps += 1
             yield to_device(batch, session.device, self.pin_memory) if self.move_to_device else batch
         self._finish_step()
         session.step = session.step_started = None
+        averaging = session.step_averaging()
+        if averaging is not None:
+            averaging.end_epoch()  # one model again for evaluation, checkpoints and the next plan
         extra = {}
         estimate = session.noise.estimate
         if estimate is not None:
@@ -147,14 +180,24 @@ class HeteroDataLoader:
         self.record.epoch_done(record, session.env.epochs, session.env.result_file)
 
     def _finish_step(self) -> None:
-        """Export the measurements of the step just done, once its optimizer step is over too."""
+        """End the step just done, once its optimizer step is over too: the local-step strategies'
+        averaging, then the step's measurements."""
         session = self.session
-        if session.pending_timing is None or session.step is None or session.step_started is None:
+        if session.step is None or session.step_started is None:
+            return
+        averaging = session.step_averaging()
+        averaged = 0.0
+        if averaging is not None:
+            began = time.perf_counter()
+            averaging.after_step()
+            averaged = time.perf_counter() - began
+        if session.pending_timing is None:
             return
         compute, until_sync, comm = session.pending_timing
         session.pending_timing = None
         total = time.perf_counter() - session.step_started.wall
-        session.metrics.record_step(StepRecord(compute, until_sync, comm, total, session.step.local_batch))
+        record = StepRecord(compute, until_sync, comm + averaged, total, session.step.local_batch)
+        session.metrics.record_step(record)
 
     def state_dict(self) -> dict[str, Any]:
         plan = self.session.plan

@@ -44,6 +44,7 @@ class HeteroModel(nn.Module):
         if noise_every < 1:
             raise WrapperError(f"HeteroModel(noise_every={noise_every}): give a step count >= 1")
         self.session = session or current_session()
+        self.session.model = module
         module.to(self.session.device)  # in place: an optimizer built already keeps its parameters
         self.module = module
         self.params = trainable(module)
@@ -64,6 +65,9 @@ class HeteroModel(nn.Module):
         return self.module(*args, **kwargs)
 
     def _on_gradient(self, index: int, _param: torch.Tensor) -> None:
+        if self.session.local_steps:
+            self._on_local_gradient()
+            return
         if not self._in_backward:
             # The first gradient of this backward pass: weigh it, and have the engine call back
             # once every gradient is accumulated.
@@ -93,6 +97,35 @@ class HeteroModel(nn.Module):
             # (an fp16 overflow step says nothing about the noise)
             session.noise.update(estimate_noise(share.sizes, norms.local_sq, norms.global_sq))
         session.pending_timing = (compute, sync_start - started.wall, comm)
+
+    def _on_local_gradient(self) -> None:
+        """Local-step strategies: each rank keeps its own gradient for its own optimizer step; the
+        loader averages the parameters before the next batch."""
+        if self._in_backward:
+            return
+        if self.session.step is None:
+            strategy = self.session.plan.strategy.value if self.session.plan else "?"
+            raise WrapperError(
+                f"strategy {strategy!r} averages the parameters after every step the loader hands out: feed "
+                "the model from heterotrain.HeteroDataLoader (or set spec.parallelism.strategy: data)"
+            )
+        self._in_backward = True
+        torch.autograd.Variable._execution_engine.queue_callback(self._after_local_backward)
+
+    def _after_local_backward(self) -> None:
+        self._in_backward = False
+        session = self.session
+        share, started = session.step, session.step_started
+        if share is not None and share.local_batch == 0:
+            # A stand-in sample (this rank has none in a short last step) must not move the model.
+            for param in self.params:
+                if param.grad is not None:
+                    param.grad.zero_()
+        synchronize(session.device)
+        self.synchronized_steps += 1
+        if started is not None:
+            compute = session.simulator.finish(started, time.perf_counter() - started.wall)
+            session.pending_timing = (compute, time.perf_counter() - started.wall, 0.0)
 
     def _weights(self, share: StepShare | None) -> tuple[int, list[int]]:
         """This rank's count and every rank's, from the loader; without it, an even split (DDP's mean)."""

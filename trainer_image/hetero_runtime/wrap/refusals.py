@@ -4,32 +4,75 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.utils.data import IterableDataset
+
 from hetero_operator.plan import Plan, Strategy
 
-SUPPORTED_STRATEGY = Strategy.DATA
+WRAPPED_STRATEGIES = (Strategy.DATA, Strategy.SESGD, Strategy.DREAMDDP)
+"""What a loop of the script's own can run: a synchronous step, or a local step then averaging."""
 
 
 def strategy_refusal(plan: Plan) -> str | None:
-    """A script that keeps its own loop runs the synchronous `data` strategy only: the other strategies
-    change what a step is (local steps, pipelines, per-layer updates) and need the runtime's loop."""
-    if plan.strategy is SUPPORTED_STRATEGY:
+    """`esync` and `hetpipe` change what a step is (rounds of different step counts per rank, a model
+    cut into pipeline stages): they need the runtime's loop."""
+    if plan.strategy in WRAPPED_STRATEGIES:
         return None
+    names = ", ".join(s.value for s in WRAPPED_STRATEGIES)
     return (
         f"plan version {plan.version} runs strategy {plan.strategy.value!r}, but a training script of your "
-        f"own (heterotrain worker -- CMD, or hetero_runtime.wrap) runs the {SUPPORTED_STRATEGY.value!r} "
-        "strategy only: set spec.parallelism.strategy: data, or hand the loop to "
-        "hetero_runtime.api.TrainingJob to use " + repr(plan.strategy.value)
+        f"own (hetero_runtime.wrap) runs {names} only: set spec.parallelism.strategy: data (or another of "
+        "those), or hand the loop to hetero_runtime.api.TrainingJob to use " + repr(plan.strategy.value)
     )
 
 
-def dataset_refusal(dataset: Any) -> str | None:
-    """The sampler splits a dataset by sample index: it needs __len__ and __getitem__."""
+def unmodified_script_refusal(plan: Plan) -> str | None:
+    """`heterotrain worker -- CMD` runs a DDP script as it is: only the `data` strategy means what such a
+    script does (every other strategy needs the wrapper, or the runtime's loop)."""
+    if plan.strategy is Strategy.DATA:
+        return None
+    wrapped = plan.strategy in WRAPPED_STRATEGIES
+    port = (
+        "port the script to hetero_runtime.wrap (docs/porting.md) and start it without "
+        "`heterotrain worker --` (command: [python, train.py])"
+        if wrapped
+        else "hand the loop to hetero_runtime.api.TrainingJob"
+    )
+    return (
+        f"plan version {plan.version} runs strategy {plan.strategy.value!r}, but `heterotrain worker -- CMD` "
+        "runs an unmodified DDP script, which synchronises every step as the 'data' strategy does: set "
+        f"spec.parallelism.strategy: data, or {port} to use {plan.strategy.value!r}"
+    )
+
+
+def is_stream(dataset: Any) -> bool:
+    """An iterable-style dataset: it can be read in order, not indexed."""
+    return isinstance(dataset, IterableDataset) or (
+        hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__")
+    )
+
+
+def dataset_refusal(dataset: Any, num_workers: int = 0) -> str | None:
+    """A map-style dataset is split by sample index, so it needs __getitem__ and __len__; a stream is
+    split by position, so every rank must read all of it in one process."""
     kind = type(dataset).__name__
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+    if is_stream(dataset):
+        if num_workers > 0:
+            return (
+                f"dataset: a {kind} is an iterable (stream) dataset, and with num_workers={num_workers} each "
+                "DataLoader worker process would read the whole stream again: pass num_workers=0, or give "
+                "a map-style dataset (__len__ and __getitem__) to load in worker processes"
+            )
+        return None
+    if not hasattr(dataset, "__getitem__"):
         return (
-            f"dataset: HeteroDataLoader splits each global batch by sample index, but a {kind} has no "
-            "__len__/__getitem__ (an IterableDataset cannot be split that way): give a map-style dataset "
-            "(e.g. torch.utils.data.TensorDataset, or a Dataset with __len__ and __getitem__)"
+            f"dataset: HeteroDataLoader cannot read a {kind}: it has neither __getitem__ and __len__ (a "
+            "map-style dataset, split by index) nor __iter__ (an IterableDataset, split by position): "
+            "give one of those, e.g. torch.utils.data.TensorDataset"
+        )
+    if not hasattr(dataset, "__len__"):
+        return (
+            f"dataset: the {kind} has __getitem__ but no __len__, so HeteroDataLoader cannot tell which "
+            "indices an epoch holds: add __len__, or make it a torch.utils.data.IterableDataset"
         )
     try:
         size = len(dataset)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from hetero_operator.plan import Plan, Strategy
 from hetero_runtime.device import Placement, place_worker
@@ -22,6 +23,7 @@ from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source_from_spec
 from hetero_runtime.simulate import SpeedSimulator, Stopwatch
 from hetero_runtime.trainer import default_plan
+from hetero_runtime.wrap.averaging import LOCAL_STEP_STRATEGIES, ParameterAveraging, averaging_for
 from hetero_runtime.wrap.refusals import strategy_refusal
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,30 @@ class Session:
     step_started: Stopwatch | None = None  # when the loader handed out the step's batch
     pending_timing: tuple[float, float, float] | None = None  # compute, until sync, sync seconds
     noise: NoiseTracker = field(default_factory=NoiseTracker)
+    model: nn.Module | None = None  # the module HeteroModel wraps: what local-step strategies average
+    _averaging: ParameterAveraging | None = None
+    _averaging_version: int | None = None
+
+    @property
+    def local_steps(self) -> bool:
+        """Whether each rank steps on its own gradient and the parameters are averaged afterwards."""
+        return self.plan is not None and self.plan.strategy in LOCAL_STEP_STRATEGIES
+
+    def step_averaging(self) -> ParameterAveraging | None:
+        """The averaging that ends each step under the plan in force (rebuilt when a plan arrives)."""
+        plan = self.plan
+        if plan is None or plan.strategy not in LOCAL_STEP_STRATEGIES:
+            return None
+        if self._averaging is None or self._averaging_version != plan.version:
+            if self.model is None:
+                raise WrapperError(
+                    f"strategy {plan.strategy.value!r} averages the model's parameters after every step: "
+                    "wrap the model in heterotrain.HeteroModel(model) before the loader hands out a batch"
+                )
+            steps = self._averaging.steps if self._averaging is not None else 0
+            self._averaging = averaging_for(self.model, plan, self.rank, steps)
+            self._averaging_version = plan.version
+        return self._averaging
 
     @property
     def rank(self) -> int:
