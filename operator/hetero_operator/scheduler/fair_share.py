@@ -1,0 +1,92 @@
+"""Queues inside one cycle: the order they are served in, and the quota each placement must fit.
+
+`FairShare` is built from a snapshot that has queues. It tracks, as the cycle decides, the GPUs each
+queue holds per class (`quota.QuotaLedger`) and the rate each is charged (`charging`), so a queue's
+share rises the moment one of its jobs is placed and the next pick sees it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from hetero_operator.scheduler.charging import Charging, charge_rate, held_rates, share
+from hetero_operator.scheduler.quota import QuotaLedger
+from hetero_operator.scheduler.reservations import Budgets, HeadReservation
+from hetero_operator.scheduler.snapshot import GPUClassInfo, JobRequest, Snapshot
+
+
+def fair_order(jobs: Iterable[JobRequest], share_of: Callable[[str], float]) -> Iterator[JobRequest]:
+    """Highest priority first; among equal priorities the next job of the queue with the lowest
+    share (asked again before every pick), then arrival and key; first come first served inside a
+    queue."""
+    lanes: dict[str, deque[JobRequest]] = {}
+    for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.key)):
+        lanes.setdefault(job.queue, deque()).append(job)
+
+    def rank(queue: str) -> tuple[int, float, float, str]:
+        head = lanes[queue][0]
+        return (-head.priority, share_of(queue), head.created_at, head.key)
+
+    while lanes:
+        queue = min(lanes, key=rank)
+        job = lanes[queue].popleft()
+        if not lanes[queue]:
+            del lanes[queue]
+        yield job
+
+
+class FairShare:
+    """Quota and share bookkeeping for one cycle over a snapshot with queues."""
+
+    def __init__(self, snapshot: Snapshot, charging: Charging) -> None:
+        self.charging = charging
+        self.classes: Mapping[str, GPUClassInfo] = {c.name: c for c in snapshot.classes}
+        self.queues = {q.name: q for q in snapshot.queues}
+        holding = [(j, j.current.gpus_per_class()) for j in snapshot.jobs if j.current is not None]
+        known = [(j, gpus) for j, gpus in holding if j.queue in self.queues]
+        used: dict[str, Counter[str]] = {}
+        for job, gpus in known:
+            used.setdefault(job.queue, Counter()).update(gpus)
+        self.ledger = QuotaLedger(snapshot.queues, used)
+        self.rates = held_rates(known, self.classes, charging.pricing)
+
+    def knows(self, queue: str) -> bool:
+        return queue in self.queues
+
+    def share(self, queue: str) -> float:
+        if queue not in self.queues:
+            return 0.0  # its jobs are refused at once; where they sort does not matter
+        return share(self.queues[queue], self.rates.get(queue, 0.0), self.charging)
+
+    def order(self, jobs: Iterable[JobRequest]) -> Iterator[JobRequest]:
+        return fair_order(jobs, self.share)
+
+    def headroom(self, job: JobRequest) -> dict[str, int]:
+        return {c: self.ledger.headroom(job.queue, c) for c in self.classes if job.allows(c)}
+
+    def limit(self, job: JobRequest, budgets: Budgets) -> Budgets:
+        """``budgets`` narrowed to what the job's queue may still take per class."""
+        limited = budgets.copy()
+        for gpu_class, room in self.headroom(job).items():
+            limited.add(
+                HeadReservation(f"quota {job.queue}/{gpu_class}", job.queue, frozenset({gpu_class}), room)
+            )
+        return limited
+
+    def fits(self, job: JobRequest, gpus_per_class: Mapping[str, int]) -> bool:
+        return self.ledger.fits(job.queue, gpus_per_class)
+
+    def take(self, job: JobRequest, gpus_per_class: Mapping[str, int]) -> None:
+        if job.queue in self.queues:
+            self.ledger.take(job.queue, gpus_per_class)
+            self._charge(job, gpus_per_class, 1.0)
+
+    def give_back(self, job: JobRequest, gpus_per_class: Mapping[str, int]) -> None:
+        if job.queue in self.queues:
+            self.ledger.give_back(job.queue, gpus_per_class)
+            self._charge(job, gpus_per_class, -1.0)
+
+    def _charge(self, job: JobRequest, gpus_per_class: Mapping[str, int], sign: float) -> None:
+        rate = charge_rate(job, gpus_per_class, self.classes, self.charging.pricing)
+        self.rates[job.queue] = self.rates.get(job.queue, 0.0) + sign * rate
