@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from benchmarks_md import replace_section
 from hetero_operator.scheduler import SchedulerConfig
 from hetero_operator.scheduler.charging import Charging, Pricing
@@ -90,9 +91,7 @@ def tenant_trace(seed: int, jobs_per_weight: int, cluster: Cluster) -> list[Trac
 
 
 def _avg_jct_by_tenant(outcomes: list[Any]) -> dict[str, float]:
-    return {
-        tenant: statistics.fmean(o.jct_s for o in outcomes if o.tenant == tenant) for tenant in TENANTS
-    }
+    return {tenant: statistics.fmean(o.jct_s for o in outcomes if o.tenant == tenant) for tenant in TENANTS}
 
 
 def run_seed(seed: int, jobs_per_weight: int) -> dict[str, Any]:

@@ -23,7 +23,9 @@ def shares(weights: Mapping[str, float]) -> dict[str, float]:
     return {tenant: weight / total for tenant, weight in weights.items()}
 
 
-def tenant_queues(cluster: Cluster, weights: Mapping[str, float], cohort: str = "cluster") -> tuple[QueueInfo, ...]:
+def tenant_queues(
+    cluster: Cluster, weights: Mapping[str, float], cohort: str = "cluster"
+) -> tuple[QueueInfo, ...]:
     """One queue per tenant: its weight, a nominal quota of its share of every class (rounded down),
     borrowing without limit from the others in one cohort."""
     totals = cluster.gpus_per_class()
