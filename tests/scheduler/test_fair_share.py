@@ -215,3 +215,34 @@ def test_running_jobs_count_against_quota_and_share() -> None:
     running = run_with_current(first, STILL)
     later = replace(running, jobs=(*running.jobs, job("a1", 2, arrived=5, queue="a")))
     assert schedule(later, STILL).unschedulable["ns/a1"].code is WaitCode.QUOTA_EXCEEDED
+
+
+# --- reclaiming lent quota -------------------------------------------------------------------------
+
+
+def _borrowed_cluster(a_nominal: int) -> Snapshot:
+    """b runs eight 1-GPU jobs on 8 GPUs: 4 of its own and 4 borrowed from a (if a owns 4)."""
+    queues = (_queue("a", a_nominal, cohort="c"), _queue("b", 8 - a_nominal, cohort="c"))
+    jobs = tuple(job(f"b{i}", 1, arrived=i, queue="b", priority=5) for i in range(8))
+    return run_with_current(Snapshot(ONE_CLASS, nodes("v100", 2, 4), jobs, queues=queues), STILL)
+
+
+def test_an_owner_reclaims_lent_gpus_from_the_newest_borrowing_jobs_whatever_their_priority() -> None:
+    running = _borrowed_cluster(4)
+    assert all(j.current is not None for j in running.jobs)
+    later = replace(running, jobs=(*running.jobs, job("a0", 2, arrived=20, queue="a")))
+    decisions = schedule(later, STILL)
+    # Victims: b's jobs on the lent class, newest first, until 2 GPUs are freed: b7 and b6.
+    assert sorted(decisions.preempt) == ["ns/b6", "ns/b7"]
+    assert "queue a reclaims" in decisions.preempt["ns/b7"].reason
+    reason = decisions.unschedulable["ns/a0"]
+    assert reason.code is WaitCode.PREEMPTING
+    assert "reclaims the GPUs of its quota that other queues borrowed" in reason.message
+
+
+def test_a_queue_that_owns_nothing_does_not_reclaim() -> None:
+    running = _borrowed_cluster(0)
+    later = replace(running, jobs=(*running.jobs, job("a0", 2, arrived=20, queue="a")))
+    decisions = schedule(later, STILL)
+    assert decisions.preempt == {}
+    assert decisions.unschedulable["ns/a0"].code is WaitCode.QUOTA_EXCEEDED

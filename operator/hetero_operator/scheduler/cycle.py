@@ -206,11 +206,16 @@ def _admit(
     within_quota = budgets
     if fair is not None:
         room = fair.headroom(job)
-        if sum(min(n, state.capacity[c]) for c, n in room.items()) < want:
-            # Its queue may not take a gang now: it waits for its own jobs to end, and holds nothing back.
-            out.unschedulable[job.key] = over_quota(job, want, room)
-            return
         within_quota = fair.limit(job, budgets)
+        if sum(min(n, state.capacity[c]) for c, n in room.items()) < want:
+            # Its queue may not take a gang now. It reclaims what it lent if that is enough, else it
+            # waits for its own jobs to end; either way it holds nothing back from other queues.
+            plan = _reclaim(job, want, running, victims, ctx, within_quota, fair)
+            if plan is not None:
+                _apply_preemption(plan, job, out, running, fair, reclaiming=True)
+                victims.update(plan.victims)
+            out.unschedulable[job.key] = over_quota(job, want, room, tuple(plan.victims) if plan else ())
+            return
     enough_free = usable_now(job, order, ctx, within_quota) >= want
     candidate = best_candidate(job, want, ctx, within_quota) if enough_free else None
     if candidate is not None:
@@ -227,13 +232,18 @@ def _admit(
         out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
         return
     plan = _make_room(job, want, order, running, victims, ctx, within_quota, config)
+    reclaiming = False
+    if plan is None and fair is not None:
+        plan = _reclaim(job, want, running, victims, ctx, within_quota, fair)
+        reclaiming = plan is not None
     if plan is not None:
-        _apply_preemption(plan, job, out, running, fair)
+        _apply_preemption(plan, job, out, running, fair, reclaiming=reclaiming)
         victims.update(plan.victims)
     wait = WaitContext(
         want,
         preempting=tuple(plan.victims) if plan else (),
         enough_free_but_no_layout=enough_free,
+        reclaiming=reclaiming,
     )
     out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
     reservation = head_reservation(job, want, ctx)
@@ -274,6 +284,23 @@ def _make_room(
     return None
 
 
+def _reclaim(
+    head: JobRequest,
+    want: int,
+    running: list[JobRequest],
+    victims: set[str],
+    ctx: PlacementContext,
+    budgets: Budgets,
+    fair: FairShare,
+) -> PreemptionPlan | None:
+    """Room for a head whose queue is owed nominal GPUs that other queues borrowed: their jobs on
+    those classes are preempted (checkpoint first), whatever their priority."""
+    classes, borrowers = fair.reclaimable(head, running)
+    if not borrowers:
+        return None
+    return plan_preemption(head, want, running, victims, ctx, budgets, within=classes, reclaim_from=borrowers)
+
+
 def _commit(job: JobRequest, candidate: Candidate, ctx: PlacementContext, budgets: Budgets) -> None:
     ctx.state.commit(job.key, list(candidate.added))
     for node, count in candidate.added:
@@ -286,8 +313,14 @@ def _apply_preemption(
     out: _Outcome,
     running: list[JobRequest],
     fair: FairShare | None,
+    *,
+    reclaiming: bool = False,
 ) -> None:
-    why = f"making room for {head.key} (priority {head.priority}) in queue {head.queue}"
+    why = (
+        f"queue {head.queue} reclaims the GPUs of its quota it lent, for {head.key}"
+        if reclaiming
+        else f"making room for {head.key} (priority {head.priority}) in queue {head.queue}"
+    )
     by_key = {j.key: j for j in running}
     for key, candidate in plan.shrinks.items():
         out.shrink[key] = Resize(

@@ -74,6 +74,35 @@ class FairShare:
             )
         return limited
 
+    def reclaimable(
+        self, job: JobRequest, running: Iterable[JobRequest]
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """Classes on which the job's queue is owed nominal GPUs that other queues of its cohort
+        borrow, and the running jobs of those borrowers holding such GPUs; empty when the queue is
+        owed fewer GPUs than the job's gang (then it would borrow, not reclaim)."""
+        queue = self.queues[job.queue]
+        if queue.cohort is None:
+            return frozenset(), frozenset()
+        lenders = [q for q in self.queues.values() if q.cohort == queue.cohort and q.name != queue.name]
+        classes = frozenset(
+            c
+            for c in self.classes
+            if job.allows(c)
+            and self.ledger.owed(queue.name, c) > 0
+            and any(self.ledger.borrowed(q.name, c) > 0 for q in lenders)
+        )
+        if sum(self.ledger.owed(queue.name, c) for c in classes) < job.gpus_min:
+            return frozenset(), frozenset()
+        borrowers = {q.name for q in lenders if any(self.ledger.borrowed(q.name, c) > 0 for c in classes)}
+        victims = frozenset(
+            j.key
+            for j in running
+            if j.queue in borrowers
+            and j.current is not None
+            and any(j.current.gpus_per_class()[c] > 0 for c in classes)
+        )
+        return classes, victims
+
     def fits(self, job: JobRequest, gpus_per_class: Mapping[str, int]) -> bool:
         return self.ledger.fits(job.queue, gpus_per_class)
 

@@ -72,6 +72,7 @@ class WaitReason:
     note: str | None = None  # a whole sentence, for policies that record no per-class detail
     # GPUs the job's queue may still take per allowed class, when its quota holds it back.
     quota_room: tuple[tuple[str, int], ...] = ()
+    reclaiming: bool = False
 
     @property
     def message(self) -> str:
@@ -87,6 +88,7 @@ class WaitContext:
     behind: str | None = None  # the head of the job's queue it waits behind
     preempting: tuple[str, ...] = ()
     enough_free_but_no_layout: bool = False
+    reclaiming: bool = False  # the preempted jobs borrowed quota the job's queue owns
 
 
 def class_reasons(job: JobRequest, want: int, ctx: PlacementContext, budgets: Budgets) -> list[ClassReason]:
@@ -171,6 +173,7 @@ def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: 
         layout_policy=job.allocation_policy.value if wait.enough_free_but_no_layout else None,
         preempting=wait.preempting,
         behind=wait.behind,
+        reclaiming=wait.reclaiming,
     )
 
 
@@ -194,6 +197,7 @@ def over_quota(
         queue=job.queue,
         preempting=reclaiming,
         quota_room=tuple(sorted(room.items())),
+        reclaiming=bool(reclaiming),
     )
 
 
@@ -274,7 +278,12 @@ def format_wait(reason: WaitReason) -> str:
             "enough GPUs are free but no placement of them fits the job (virtual-worker grouping "
             f"{reason.layout_policy} or per-class batch limits)"
         )
-    if reason.preempting:
+    if reason.preempting and reason.reclaiming:
+        parts.append(
+            f"queue {reason.queue} reclaims the GPUs of its quota that other queues borrowed, "
+            f"checkpointing and stopping: {', '.join(reason.preempting)}"
+        )
+    elif reason.preempting:
         parts.append(
             f"making room by checkpointing and stopping lower-priority jobs: {', '.join(reason.preempting)}"
         )
