@@ -148,10 +148,13 @@ def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def targets(summary: dict[str, Any]) -> dict[str, Any]:
+def targets(summary: dict[str, Any], per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     mine = summary["speed-priced"]
     base = summary[UNCONSTRAINED]
+    lower = sum(s["runs"]["speed-priced"]["max_rho"] < s["runs"]["class-weight"]["max_rho"] for s in per_seed)
     return {
+        "seeds_speed_priced_max_rho_below_class_weight": lower,
+        "seeds": len(per_seed),
         "max_rho_at_most_1_1": mine["max_rho_mean_over_seeds"] <= MAX_RHO_TARGET,
         "avg_jct_over_unconstrained": mine["avg_jct"] / base["avg_jct"],
         "avg_jct_within_5_percent": mine["avg_jct"] <= AVG_JCT_TOLERANCE * base["avg_jct"],
@@ -192,7 +195,9 @@ def report(document: dict[str, Any]) -> str:
         f"max rho <= {MAX_RHO_TARGET}: **{'met' if met['max_rho_at_most_1_1'] else 'missed'}**; "
         f"average JCT {met['avg_jct_over_unconstrained']:.3f}x the unconstrained policy's (within 5%: "
         f"**{'met' if met['avg_jct_within_5_percent'] else 'missed'}**); max rho below fixed per-class "
-        f"weights': **{'met' if met['speed_priced_max_rho_below_class_weight'] else 'missed'}**.",
+        "weights' (mean over seeds): "
+        f"**{'met' if met['speed_priced_max_rho_below_class_weight'] else 'missed'}**, "
+        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -218,7 +223,7 @@ def main() -> None:
         "tenants": {t: {"weight": w, "models": list(m)} for t, (w, m) in TENANTS.items()},
         "loads": LOADS,
         "summary": summary,
-        "targets": targets(summary),
+        "targets": targets(summary, per_seed),
         "per_seed": per_seed,
         "machine": platform.platform(),
         "wall_seconds": time.perf_counter() - started,

@@ -20,7 +20,15 @@ from hetero_operator.scheduler import (
     WaitCode,
     schedule,
 )
-from hetero_operator.scheduler.charging import Charging, Pricing, accrue, charge_rate, job_speed, share
+from hetero_operator.scheduler.charging import (
+    Charging,
+    Pricing,
+    accrue,
+    charge_rate,
+    equal_share_speed,
+    job_speed,
+    share,
+)
 from hetero_operator.scheduler.fair_share import fair_order
 from hetero_operator.scheduler.queues import ClassQuota, QueueInfo
 from hetero_operator.scheduler.quota import QuotaLedger
@@ -102,10 +110,19 @@ def _profiled(key: str, a100_alpha: float) -> object:
 def test_speed_pricing_charges_what_the_job_gains_on_the_class() -> None:
     fast_on_a100 = _profiled("x", 0.25)  # 4x a V100 (the reference, prior 1.0)
     assert job_speed(fast_on_a100, "a100", CLASSES) == pytest.approx(4.0)  # type: ignore[arg-type]
+    # One A100 and three V100s: the job's equal-share speed is (1 * 4 + 3 * 1) / 4 = 1.75 per GPU.
+    capacity = {"a100": 1, "v100": 3}
+    assert equal_share_speed(fast_on_a100, CLASSES, capacity) == pytest.approx(1.75)  # type: ignore[arg-type]
     gpus = {"a100": 2, "v100": 1}
-    assert charge_rate(fast_on_a100, gpus, CLASSES, Pricing.SPEED) == pytest.approx(9.0)  # type: ignore[arg-type]
-    assert charge_rate(fast_on_a100, gpus, CLASSES, Pricing.CLASS) == pytest.approx(5.0)  # type: ignore[arg-type]
-    assert charge_rate(fast_on_a100, gpus, CLASSES, Pricing.GPU) == pytest.approx(3.0)  # type: ignore[arg-type]
+
+    def rate(pricing: Pricing) -> float:
+        return charge_rate(fast_on_a100, gpus, CLASSES, capacity, pricing)  # type: ignore[arg-type]
+
+    assert rate(Pricing.SPEED) == pytest.approx((2 * 4 + 1) / 1.75)
+    assert rate(Pricing.CLASS) == pytest.approx(2 * 2.0 + 1)
+    assert rate(Pricing.GPU) == pytest.approx(3.0)
+    # Holding exactly its equal slice of every class costs one per GPU.
+    assert charge_rate(fast_on_a100, capacity, CLASSES, capacity, Pricing.SPEED) == pytest.approx(4.0)  # type: ignore[arg-type]
     # Never measured: the class prior.
     assert job_speed(job("y", 1), "a100", CLASSES) == 2.0
 

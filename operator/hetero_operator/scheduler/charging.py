@@ -3,8 +3,14 @@
 Usage is charged in reference-GPU seconds: GPU seconds times the speed of that class *for that
 job* (its measured speed once it has run there, the class's `relativeSpeed` prior before). So a job
 moved to a class three times faster for it costs three times as much per second, exactly what it
-gains, and a tenant cannot win share by holding fast GPUs its models barely use. The two simpler
-prices, a fixed weight per class and plain GPU counts, stay selectable for comparison.
+gains, and a tenant cannot win share by holding fast GPUs its models barely use.
+
+The reference GPU is the job's own average GPU of the cluster: speeds are divided by the job's speed
+on an equal slice of every class (as Gavel normalises throughput by the equal-share allocation). A
+tenant whose models run fast everywhere is then not charged for being fast, only for holding the
+GPUs that are fast *for it*, and a tenant that holds exactly its slice of every class is charged one
+per GPU, whatever its models; this is what finish-time fairness (JCT against a 1/N slice) measures.
+The two simpler prices, a fixed weight per class and plain GPU counts, stay selectable.
 
 Usage decays with a half-life (old usage matters less), integrated exactly between cycles by
 `accrue`, the one function the operator and the simulator both call. A queue's share is its
@@ -72,23 +78,43 @@ def job_speed(job: JobRequest, gpu_class: str, classes: Mapping[str, GPUClassInf
     return rates[gpu_class] / anchor
 
 
-def price(job: JobRequest, gpu_class: str, classes: Mapping[str, GPUClassInfo], pricing: Pricing) -> float:
-    """What one GPU-second of ``gpu_class`` held by ``job`` costs its queue."""
+def equal_share_speed(
+    job: JobRequest, classes: Mapping[str, GPUClassInfo], capacity: Mapping[str, int]
+) -> float:
+    """The job's speed per GPU averaged over the cluster's GPUs of the classes it may use: what an
+    equal slice of every class is worth to it per GPU (1.0 when it may use none)."""
+    allowed = [c for c in classes if job.allows(c) and capacity.get(c, 0) > 0]
+    total = sum(capacity[c] for c in allowed)
+    if total == 0:
+        return 1.0
+    return sum(capacity[c] * job_speed(job, c, classes) for c in allowed) / total
+
+
+def price(
+    job: JobRequest,
+    gpu_class: str,
+    classes: Mapping[str, GPUClassInfo],
+    capacity: Mapping[str, int],
+    pricing: Pricing,
+) -> float:
+    """What one GPU-second of ``gpu_class`` held by ``job`` costs its queue (``capacity``: GPUs per
+    class in the cluster, for the speed price's reference)."""
     if pricing is Pricing.GPU:
         return 1.0
     if pricing is Pricing.CLASS:
         return classes[gpu_class].relative_speed
-    return job_speed(job, gpu_class, classes)
+    return job_speed(job, gpu_class, classes) / equal_share_speed(job, classes, capacity)
 
 
 def charge_rate(
     job: JobRequest,
     gpus_per_class: Mapping[str, int],
     classes: Mapping[str, GPUClassInfo],
+    capacity: Mapping[str, int],
     pricing: Pricing,
 ) -> float:
     """Reference-GPU seconds per second the job is charged for holding these GPUs."""
-    return sum(count * price(job, c, classes, pricing) for c, count in gpus_per_class.items())
+    return sum(count * price(job, c, classes, capacity, pricing) for c, count in gpus_per_class.items())
 
 
 def accrue(usage: float, rate: float, elapsed_s: float, charging: Charging) -> float:
@@ -108,10 +134,11 @@ def share(queue: QueueInfo, held_rate: float, charging: Charging) -> float:
 def held_rates(
     holdings: Iterable[tuple[JobRequest, Mapping[str, int]]],
     classes: Mapping[str, GPUClassInfo],
+    capacity: Mapping[str, int],
     pricing: Pricing,
 ) -> dict[str, float]:
     """Charge rate per queue of the jobs holding GPUs."""
     rates: dict[str, float] = {}
     for job, gpus in holdings:
-        rates[job.queue] = rates.get(job.queue, 0.0) + charge_rate(job, gpus, classes, pricing)
+        rates[job.queue] = rates.get(job.queue, 0.0) + charge_rate(job, gpus, classes, capacity, pricing)
     return rates

@@ -49,7 +49,10 @@ class FairShare:
         for job, gpus in known:
             used.setdefault(job.queue, Counter()).update(gpus)
         self.ledger = QuotaLedger(snapshot.queues, used)
-        self.rates = held_rates(known, self.classes, charging.pricing)
+        self.capacity: Counter[str] = Counter()
+        for node in snapshot.nodes:
+            self.capacity[node.gpu_class] += node.gpus_allocatable
+        self.rates = held_rates(known, self.classes, self.capacity, charging.pricing)
 
     def knows(self, queue: str) -> bool:
         return queue in self.queues
@@ -117,5 +120,5 @@ class FairShare:
             self._charge(job, gpus_per_class, -1.0)
 
     def _charge(self, job: JobRequest, gpus_per_class: Mapping[str, int], sign: float) -> None:
-        rate = charge_rate(job, gpus_per_class, self.classes, self.charging.pricing)
+        rate = charge_rate(job, gpus_per_class, self.classes, self.capacity, self.charging.pricing)
         self.rates[job.queue] = self.rates.get(job.queue, 0.0) + sign * rate

@@ -166,6 +166,7 @@ class Simulation:
         self.busy = dict.fromkeys(cluster.class_names, 0.0)
         self.timeline: list[tuple[float, dict[str, int]]] = [(0.0, dict(self.class_used))]
         self.class_by_name = {c.name: c for c in cluster.classes}
+        self.gpus_per_class = cluster.gpus_per_class()
         self.usage = {q.name: 0.0 for q in self.options.queues}
         self.finishes: list[_Finish] = []
         self.seq = 0
@@ -219,7 +220,11 @@ class Simulation:
         if key in self.resumed:
             delay = self.options.restart_cost_scale * (self.options.startup_s + self.jobs[key].checkpoint_s)
         charge = charge_rate(
-            request, allocation.gpus_per_class(), self.class_by_name, self.options.charging.pricing
+            request,
+            allocation.gpus_per_class(),
+            self.class_by_name,
+            self.gpus_per_class,
+            self.options.charging.pricing,
         )
         run = _Run(allocation, rate, self.now + delay, self.now, charge)
         self.runs[key] = run
