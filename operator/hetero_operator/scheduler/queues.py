@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from hetero_operator.resources.queue import HeteroQueueSpec
 from hetero_operator.scheduler.snapshot_errors import require
 
 
@@ -81,3 +82,9 @@ class QueueInfo:
 
     def quota(self, gpu_class: str) -> ClassQuota:
         return self.quotas.get(gpu_class, NO_QUOTA)
+
+    @classmethod
+    def from_spec(cls, name: str, spec: HeteroQueueSpec, usage: float = 0.0) -> QueueInfo:
+        """A HeteroQueue as the scheduler sees it (the operator and `heterotrain simulate` both)."""
+        quotas = {q.gpu_class: ClassQuota(q.nominal, q.borrowing_limit, q.lending_limit) for q in spec.quotas}
+        return cls(name, spec.weight, spec.cohort, quotas, usage)
