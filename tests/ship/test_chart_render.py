@@ -260,6 +260,8 @@ NAMESPACED_GRANTS = {
 CLUSTER_GRANTS = {
     *{("heterotrain.io", "gpuclasses", v) for v in ("get", "list", "watch")},
     ("heterotrain.io", "gpuclasses/status", "patch"),
+    *{("heterotrain.io", "heteroqueues", v) for v in ("get", "list", "watch")},
+    ("heterotrain.io", "heteroqueues/status", "patch"),
     *{("", "nodes", v) for v in ("get", "list", "watch")},
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),

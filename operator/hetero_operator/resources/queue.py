@@ -135,3 +135,9 @@ class HeteroQueueStatus(WireModel):
     )
     running_jobs: int = Field(default=0, ge=0, description="Jobs of this queue holding GPUs.")
     pending_jobs: int = Field(default=0, ge=0, description="Jobs of this queue waiting for GPUs.")
+    message: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="What in the spec the scheduler cannot use, naming the field (e.g. a quota for a "
+        "GPUClass that does not exist, left out until it does).",
+    )

@@ -180,9 +180,6 @@ def _admit(
     fair: FairShare | None = None,
 ) -> None:
     """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
-    if fair is not None and not fair.knows(job.queue):
-        out.unschedulable[job.key] = unknown_queue(job)
-        return
     if job.exact_mix is not None:  # a quota system admitted it: exactly those GPUs, or it waits
         placed = place_admitted(job, ctx, budgets)
         if isinstance(placed, WaitReason):
@@ -193,6 +190,9 @@ def _admit(
             out.predicted[job.key] = placed.prediction.samples_per_second
             if fair is not None:
                 fair.take(job, placed.allocation.gpus_per_class())
+        return
+    if fair is not None and not fair.knows(job.queue):
+        out.unschedulable[job.key] = unknown_queue(job)
         return
     state = ctx.state
     want = gang_size(job)

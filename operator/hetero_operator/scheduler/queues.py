@@ -1,7 +1,8 @@
 """Queues as the scheduler sees them: a weight, GPU quotas per class and a cohort to borrow within.
 
 A snapshot without queues schedules as one unlimited queue (no quotas, no fair share). Once it has
-any, every job must name one of them (the operator refuses a job whose spec.queue names none).
+any, every job must name one of them (a job whose spec.queue names none waits with reason
+UnknownQueue, naming the field); jobs a Kueue queue admitted keep to what Kueue admitted.
 
 Per class, a queue's ``nominal`` GPUs are its own; it may use up to ``borrowing_limit`` more (unset:
 no limit) from what the other queues of its cohort lend, and lends at most ``lending_limit`` of its
