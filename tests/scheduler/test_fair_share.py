@@ -160,7 +160,7 @@ def test_fair_order_serves_the_lowest_share_next_and_fifo_within_a_queue() -> No
     jobs = [job("a1", 1, queue="a"), job("a2", 1, arrived=1, queue="a"), job("b1", 1, arrived=2, queue="b")]
     shares = {"a": 1.0, "b": 0.0}
     order = []
-    for picked in fair_order(jobs, lambda q: shares[q]):
+    for picked in fair_order(jobs, lambda j: (False, shares[j.queue])):
         order.append(picked.key)
         shares[picked.queue] += 5.0  # a pick raises its queue's share
     # b (share 0) first; then a (1 < 5), a again (6 > 5? no: b's lane is empty).
@@ -169,7 +169,14 @@ def test_fair_order_serves_the_lowest_share_next_and_fifo_within_a_queue() -> No
 
 def test_priority_beats_share() -> None:
     jobs = [job("a1", 1, queue="a", priority=1), job("b1", 1, queue="b")]
-    assert [j.key for j in fair_order(jobs, lambda q: {"a": 9.0, "b": 0.0}[q])] == ["ns/a1", "ns/b1"]
+    shares = {"a": 9.0, "b": 0.0}
+    assert [j.key for j in fair_order(jobs, lambda j: (False, shares[j.queue]))] == ["ns/a1", "ns/b1"]
+
+
+def test_a_job_its_quota_holds_goes_before_one_that_would_borrow() -> None:
+    jobs = [job("a1", 1, queue="a"), job("b1", 1, arrived=1, queue="b")]
+    rank = {"a": (True, 0.0), "b": (False, 5.0)}  # a would borrow, though its share is lower
+    assert [j.key for j in fair_order(jobs, lambda j: rank[j.queue])] == ["ns/b1", "ns/a1"]
 
 
 def test_equal_weights_split_the_cluster_even_though_one_tenant_came_first() -> None:
@@ -263,3 +270,17 @@ def test_a_queue_that_owns_nothing_does_not_reclaim() -> None:
     decisions = schedule(later, STILL)
     assert decisions.preempt == {}
     assert decisions.unschedulable["ns/a0"].code is WaitCode.QUOTA_EXCEEDED
+
+
+def test_a_job_within_its_quota_is_placed_before_a_borrower_with_a_lower_share() -> None:
+    queues = (_queue("a", 2, cohort="c"), _queue("b", 2, cohort="c", usage=100_000.0))
+    first = Snapshot(ONE_CLASS, nodes("v100", 1, 4), (job("a0", 2, queue="a"),), queues=queues)
+    running = run_with_current(first, STILL)
+    later = replace(
+        running, jobs=(*running.jobs, job("a1", 1, arrived=1, queue="a"), job("b0", 2, arrived=2, queue="b"))
+    )
+    # a's share (2 GPUs held: 2 * tau, about 10,400) is below b's (100,000 of history), but a1 would
+    # borrow b's nominal GPUs while b0 fits b's own quota: b0 first, then nothing is left for a1.
+    decisions = schedule(later, STILL)
+    assert list(decisions.place) == ["ns/b0"]
+    assert decisions.preempt == {}

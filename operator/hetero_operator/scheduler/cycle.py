@@ -375,7 +375,8 @@ def _move_idle(
 
 
 def _admits_move(fair: FairShare) -> Callable[[JobRequest, Counter[str]], bool]:
-    """A move passes when the job's queue may hold its new GPUs once its old ones are given back."""
+    """A move passes when the job's queue may hold its new GPUs once its old ones are given back
+    (borrowing included: GPUs that sit idle are lent, and reclaimed when their owner needs them)."""
 
     def admits(job: JobRequest, new: Counter[str]) -> bool:
         old = _held_classes(job)

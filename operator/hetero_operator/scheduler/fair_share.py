@@ -16,17 +16,19 @@ from hetero_operator.scheduler.reservations import Budgets, HeadReservation
 from hetero_operator.scheduler.snapshot import GPUClassInfo, JobRequest, Snapshot
 
 
-def fair_order(jobs: Iterable[JobRequest], share_of: Callable[[str], float]) -> Iterator[JobRequest]:
-    """Highest priority first; among equal priorities the next job of the queue with the lowest
-    share (asked again before every pick), then arrival and key; first come first served inside a
-    queue."""
+def fair_order(
+    jobs: Iterable[JobRequest], rank_of: Callable[[JobRequest], tuple[bool, float]]
+) -> Iterator[JobRequest]:
+    """Highest priority first; among equal priorities the next job of the queue that ranks lowest
+    by ``rank_of`` (asked again before every pick: would it borrow, then its queue's share), then
+    arrival and key; first come first served inside a queue."""
     lanes: dict[str, deque[JobRequest]] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.key)):
         lanes.setdefault(job.queue, deque()).append(job)
 
-    def rank(queue: str) -> tuple[int, float, float, str]:
+    def rank(queue: str) -> tuple[int, tuple[bool, float], float, str]:
         head = lanes[queue][0]
-        return (-head.priority, share_of(queue), head.created_at, head.key)
+        return (-head.priority, rank_of(head), head.created_at, head.key)
 
     while lanes:
         queue = min(lanes, key=rank)
@@ -63,7 +65,21 @@ class FairShare:
         return share(self.queues[queue], self.rates.get(queue, 0.0), self.charging)
 
     def order(self, jobs: Iterable[JobRequest]) -> Iterator[JobRequest]:
-        return fair_order(jobs, self.share)
+        return fair_order(jobs, self.rank)
+
+    def rank(self, job: JobRequest) -> tuple[bool, float]:
+        """Jobs their queue's own quota can hold go before jobs that would borrow (as Kueue admits
+        within nominal quota first): otherwise a borrower freed by a reclaim takes the GPUs back
+        before their owner's job, and is reclaimed again. Then the lower share."""
+        return (self.would_borrow(job), self.share(job.queue))
+
+    def would_borrow(self, job: JobRequest) -> bool:
+        if job.queue not in self.queues:
+            return False
+        owed = sum(
+            min(self.ledger.owed(job.queue, c), self.capacity[c]) for c in self.classes if job.allows(c)
+        )
+        return owed < job.gpus_min
 
     def headroom(self, job: JobRequest) -> dict[str, int]:
         return {c: self.ledger.headroom(job.queue, c) for c in self.classes if job.allows(c)}
