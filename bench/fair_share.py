@@ -198,8 +198,31 @@ def report(document: dict[str, Any]) -> str:
         "weights' (mean over seeds): "
         f"**{'met' if met['speed_priced_max_rho_below_class_weight'] else 'missed'}**, "
         f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds.",
+        "",
+        _reading(summary, met),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _reading(summary: dict[str, Any], met: dict[str, Any]) -> str:
+    """What the figures say, in words, from the figures themselves."""
+    mine, fixed = summary["speed-priced"], summary["class-weight"]
+    gap = fixed["max_rho_mean_over_seeds"] - mine["max_rho_mean_over_seeds"]
+    base = summary[UNCONSTRAINED]
+    verdict = (
+        f"a tie within {abs(gap):.3f} on this trace"
+        if abs(gap) < 0.01
+        else f"{'lower' if gap > 0 else 'higher'} by {abs(gap):.3f}"
+    )
+    return (
+        f"Reading: fair share brings the worst-off tenant from rho {base['max_rho_mean_over_seeds']:.3f} "
+        f"(unconstrained) to {mine['max_rho_mean_over_seeds']:.3f} (speed-priced); against fixed "
+        f"per-class weights ({fixed['max_rho_mean_over_seeds']:.3f}) the speed price is {verdict}, "
+        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds and on "
+        f"the worst seed ({mine['max_rho_worst_seed']:.3f} against {fixed['max_rho_worst_seed']:.3f}). "
+        f"The price of fairness is preemptions: {mine['preemptions']:.0f} per run against "
+        f"{base['preemptions']:.0f} (each a checkpoint and restart, counted in the JCTs above)."
+    )
 
 
 def main() -> None:
