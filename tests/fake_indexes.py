@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
-from hetero_operator.resources import GPUClass, InvalidResourceError
+from hetero_operator.resources import GPUClass, HeteroQueue, InvalidResourceError
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
 
@@ -35,6 +35,7 @@ INDEX_NAMES = (
     "htj_nodes",
     "htj_jobs",
     "htj_pods",
+    "htj_queues",
     "htj_workloads",
     "htj_local_queues",
     "htj_cluster_queues",
@@ -50,6 +51,11 @@ def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list
         if plural == "gpuclasses":
             try:
                 built["htj_classes"][name] = [ClassFacts.from_model(GPUClass.from_k8s(dict(body)))]
+            except InvalidResourceError:
+                continue
+        elif plural == "heteroqueues":
+            try:
+                built["htj_queues"][name] = [QueueFacts.from_model(HeteroQueue.from_k8s(dict(body)))]
             except InvalidResourceError:
                 continue
         elif plural == "nodes":

@@ -40,6 +40,7 @@ KINDS = {
     "Node": "nodes",
     "HeteroTrainJob": "heterotrainjobs",
     "GPUClass": "gpuclasses",
+    "HeteroQueue": "heteroqueues",
     "Workload": "workloads",
     "ClusterQueue": "clusterqueues",
     "LocalQueue": "localqueues",

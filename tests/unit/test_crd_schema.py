@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from hetero_operator.resources import (
     GPUClass,
+    HeteroQueue,
     HeteroTrainJob,
     InvalidResourceError,
     checkpoint_storage,
@@ -30,6 +31,7 @@ from hetero_operator.resources import (
     job_spec,
     parallelism,
     pod_template,
+    queue,
 )
 from hetero_operator.resources.base import CelRule
 from hetero_operator.resources.crd import all_crds, main, render, stale_files
@@ -45,9 +47,10 @@ SCHEMAS = {
     crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for crd in CRDS.values()
 }
-MODELS: dict[str, type[HeteroTrainJob] | type[GPUClass]] = {
+MODELS: dict[str, type[HeteroTrainJob] | type[GPUClass] | type[HeteroQueue]] = {
     "HeteroTrainJob": HeteroTrainJob,
     "GPUClass": GPUClass,
+    "HeteroQueue": HeteroQueue,
 }
 
 
@@ -258,7 +261,13 @@ def test_crd_names_scope_and_subresources() -> None:
         "heterotrainjobs",
     )
     assert (gpu_class["scope"], gpu_class["names"]["plural"]) == ("Cluster", "gpuclasses")
-    for spec in (job, gpu_class):
+    queue_crd = CRDS["heteroqueues.heterotrain.io.yaml"]["spec"]
+    assert (queue_crd["scope"], queue_crd["names"]["plural"], queue_crd["names"]["shortNames"]) == (
+        "Cluster",
+        "heteroqueues",
+        ["hq"],
+    )
+    for spec in (job, gpu_class, queue_crd):
         (version,) = spec["versions"]
         assert (spec["group"], version["name"], version["subresources"]) == (
             "heterotrain.io",
@@ -342,7 +351,7 @@ def test_printer_columns_point_at_schema_fields(kind: str) -> None:
 def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
     declared = {
         value.rule
-        for module in (job_spec, parallelism, pod_template, checkpoint_storage)
+        for module in (job_spec, parallelism, pod_template, checkpoint_storage, queue)
         for value in [
             *vars(module).values(),
             *parallelism.STRATEGY_PARAMETER_RULES.values(),
@@ -351,7 +360,7 @@ def test_every_model_rule_is_in_the_crd_exactly_once() -> None:
         ]
         if isinstance(value, CelRule)
     }
-    in_crd = cel_rules_in(SCHEMAS["HeteroTrainJob"]) + cel_rules_in(SCHEMAS["GPUClass"])
+    in_crd = [rule for schema in SCHEMAS.values() for rule in cel_rules_in(schema)]
     assert len(in_crd) == len(set(in_crd))
     assert set(in_crd) == declared
     for rule in in_crd:  # every rule compiles as CEL
@@ -390,7 +399,7 @@ def test_every_cel_rule_is_exercised_by_an_invalid_case() -> None:
             for v in SCHEMAS["HeteroTrainJob"]["x-kubernetes-validations"]
             if not cel_holds(v["rule"], new, old)
         }
-    assert broken == set(cel_rules_in(SCHEMAS["HeteroTrainJob"]))
+    assert broken == {rule for schema in SCHEMAS.values() for rule in cel_rules_in(schema)}
 
 
 def test_transition_rules_sit_on_the_root() -> None:

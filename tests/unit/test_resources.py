@@ -19,6 +19,7 @@ from hetero_operator.resources import (
     ConditionStatus,
     ESyncParameters,
     GPUClass,
+    HeteroQueue,
     HeteroTrainJob,
     HeteroTrainJobStatus,
     HetPipeParameters,
@@ -35,9 +36,10 @@ from hetero_operator.resources.job_status import MAX_REBALANCE_HISTORY, summaris
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 INVALID_CASES = yaml.safe_load((REPO / "tests" / "data" / "invalid_manifests.yaml").read_text())
-MODELS: dict[str, type[HeteroTrainJob] | type[GPUClass]] = {
+MODELS: dict[str, type[HeteroTrainJob] | type[GPUClass] | type[HeteroQueue]] = {
     "HeteroTrainJob": HeteroTrainJob,
     "GPUClass": GPUClass,
+    "HeteroQueue": HeteroQueue,
 }
 
 

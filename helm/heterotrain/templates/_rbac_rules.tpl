@@ -14,6 +14,13 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [heterotrain.io]
   resources: [gpuclasses/status]
   verbs: [patch]
+# Queues: quotas and weights the scheduler reads; usage and share written to their status.
+- apiGroups: [heterotrain.io]
+  resources: [heteroqueues]
+  verbs: [get, list, watch]
+- apiGroups: [heterotrain.io]
+  resources: [heteroqueues/status]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]

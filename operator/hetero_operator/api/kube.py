@@ -177,6 +177,9 @@ class KubeReader:
     async def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.get_or_none(f"{HETEROTRAIN}/namespaces/{namespace}/heterotrainjobs/{name}")
 
+    async def queue(self, name: str) -> dict[str, Any] | None:
+        return await self.get_or_none(f"{HETEROTRAIN}/heteroqueues/{name}")
+
     async def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return await self.list_items(f"{CORE}/namespaces/{namespace}/pods", {"labelSelector": label_selector})
 

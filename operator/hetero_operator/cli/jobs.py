@@ -30,9 +30,10 @@ from hetero_operator.api.jobs import job_detail, job_summary
 from hetero_operator.api.kube import KubeConnection, KubeReader, KubeReadError
 from hetero_operator.api.models import WhatIfRequest
 from hetero_operator.api.whatif import WhatIfError, what_if
-from hetero_operator.cli import job_tables
+from hetero_operator.cli import job_tables, queue_tables
 from hetero_operator.controller import names
 from hetero_operator.controller.facts import JobFacts
+from hetero_operator.resources import HeteroQueue, InvalidResourceError
 from hetero_operator.resources.base import describe_errors
 from hetero_operator.testbed.nodes import LOCAL_NODE_LABEL
 
@@ -133,14 +134,28 @@ def jobs_command(
     _console().print(job_tables.jobs_table(summaries, show_namespace=scope is None))
 
 
+DESCRIBABLE = ("job", "queue")
+
+
 def describe_command(
-    job: Annotated[str, typer.Argument(help="HeteroTrainJob name.")],
+    target: Annotated[str, typer.Argument(help="HeteroTrainJob name, or 'job'/'queue' before a NAME.")],
+    name: Annotated[str | None, typer.Argument(help="Name, after 'job' or 'queue'.")] = None,
     namespace: NamespaceOpt = None,
     output: OutputOpt = Output.TABLE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Allocation, plan and throughput, rebalance history and conditions of one job."""
+    """One job (`describe JOB`: allocation, plan, throughput, rebalances, conditions) or one queue
+    (`describe queue NAME`: quota, usage and borrowing per GPU class, share and its jobs)."""
+    if name is None:
+        job = target
+    elif target == "queue":
+        _describe_queue(name, output, kubeconfig, context)
+        return
+    elif target == "job":
+        job = name
+    else:
+        raise _fail(f"TARGET: {target!r} is not one of {', '.join(DESCRIBABLE)}; e.g. `describe queue NAME`")
     scope = namespace or default_namespace(kubeconfig, context)
     body = _read(kubeconfig, context, lambda kube: kube.job(scope, job))
     if body is None:
@@ -150,6 +165,27 @@ def describe_command(
         _print_json(detail.model_dump(mode="json", by_alias=True))
         return
     _console().print(job_tables.describe_job(detail))
+
+
+def _describe_queue(name: str, output: Output, kubeconfig: Path | None, context: str | None) -> None:
+    async def read(kube: KubeReader) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        return await kube.queue(name), await kube.jobs(None)
+
+    body, bodies = _read(kubeconfig, context, read)
+    if body is None:
+        raise _fail(f"NAME: no HeteroQueue {name!r} (try `kubectl get heteroqueues`)")
+    try:
+        queue = HeteroQueue.from_k8s(body)
+    except InvalidResourceError as error:
+        raise _fail(str(error)) from None
+    jobs = [job_summary(f) for f in (JobFacts.from_body(b) for b in bodies)]
+    mine = [j for j in jobs if j.queue == name]
+    if output is Output.JSON:
+        _print_json(
+            {"queue": queue.to_k8s(), "jobs": [j.model_dump(mode="json", by_alias=True) for j in mine]}
+        )
+        return
+    _console().print(queue_tables.describe_queue(queue, mine))
 
 
 # --- whatif --------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """`heterotrain simulate`: run scheduling policies over a job trace on a simulated cluster.
 
 JSON results go to stdout (one summary per policy); plots (JCT CDF, utilisation over time) to --out.
-Bad input exits 2 with a message naming the field.
+With --queues (HeteroQueue manifests, as applied to a cluster), each trace row's tenant is the queue
+its job waits in, the heterotrain policy serves queues by fair share within their quotas, and the
+results add average JCT per tenant. Bad input exits 2 with a message naming the field.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from hetero_operator.resources import HeteroQueue, InvalidResourceError
+from hetero_operator.scheduler import SchedulerConfig
+from hetero_operator.scheduler.charging import Charging, Pricing
+from hetero_operator.scheduler.queues import QueueInfo
 from hetero_operator.simulator.cluster import Cluster, ClusterFileError, load_cluster
-from hetero_operator.simulator.engine import SimulationError, SimulationResult
+from hetero_operator.simulator.engine import EngineOptions, SimulationError, SimulationResult
 from hetero_operator.simulator.engine import simulate as run_simulation
 from hetero_operator.simulator.jobs import JobSetupError
-from hetero_operator.simulator.policies import POLICIES, make_policy
+from hetero_operator.simulator.policies import POLICIES, HeterotrainPolicy, SchedulingPolicy, make_policy
 from hetero_operator.simulator.report import summarize, write_plots
 from hetero_operator.simulator.trace import TraceError, TraceJob, generate_trace, load_trace
 
@@ -50,6 +57,13 @@ def simulate(
     load: Annotated[
         float, typer.Option("--load", min=0.01, help="Offered load of a generated trace (share of capacity).")
     ] = 0.5,
+    queues: Annotated[
+        Path | None,
+        typer.Option("--queues", help="YAML of HeteroQueue manifests; trace tenants name them."),
+    ] = None,
+    pricing: Annotated[
+        Pricing, typer.Option("--pricing", help="What one GPU-second costs a queue (fair share).")
+    ] = Pricing.SPEED,
 ) -> None:
     """Simulate the cluster under one policy (or all) and print JSON results."""
     try:
@@ -60,9 +74,12 @@ def simulate(
             else generate_trace(seed, jobs, _capacity(spec), load, max_gpus=_largest_job(spec), cluster=spec)
         )
         names = list(POLICIES) if policy == "all" else [policy]
-        policies = [make_policy(name) for name in names]
-    except (ClusterFileError, TraceError, ValueError, OSError) as exc:
+        charging = Charging(pricing=pricing)
+        policies = [_policy(name, charging) for name in names]
+        queue_infos = _load_queues(queues, rows, spec.class_names) if queues is not None else ()
+    except (ClusterFileError, TraceError, InvalidResourceError, ValueError, OSError, yaml.YAMLError) as exc:
         raise _fail(str(exc)) from None
+    options = EngineOptions(queues=queue_infos, charging=charging)
     results: list[SimulationResult] = []
     console = Console(stderr=True)
     with Progress(
@@ -80,18 +97,59 @@ def simulate(
                 progress.update(task, completed=done)
 
             try:
-                results.append(run_simulation(spec, rows, chosen, on_finish=advance))
+                results.append(run_simulation(spec, rows, chosen, options, on_finish=advance))
             except (JobSetupError, SimulationError) as exc:
                 raise _fail(str(exc)) from None
     document = {
         "cluster": str(cluster),
         "trace": str(trace) if trace is not None else f"generated(seed={seed}, jobs={jobs}, load={load})",
         "gpus": spec.gpus_per_class(),
-        "results": [summarize(r) for r in results],
+        "results": [_with_tenants(r) if queue_infos else summarize(r) for r in results],
     }
     if out is not None:
         document["plots"] = [str(p) for p in write_plots(results, out)]
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def _policy(name: str, charging: Charging) -> SchedulingPolicy:
+    if name == "heterotrain":
+        return HeterotrainPolicy(config=SchedulerConfig(charging=charging))
+    return make_policy(name)
+
+
+def _load_queues(path: Path, rows: list[TraceJob], classes: tuple[str, ...]) -> tuple[QueueInfo, ...]:
+    """The HeteroQueues in ``path``; every tenant of the trace must be one, every quota a class."""
+    infos = []
+    for document in yaml.safe_load_all(path.read_text()):
+        if document is None:
+            continue
+        queue = HeteroQueue.from_k8s(document)
+        unknown = [q.gpu_class for q in queue.spec.quotas if q.gpu_class not in classes]
+        if unknown:
+            raise ValueError(
+                f"HeteroQueue {queue.name!r}: spec.quotas names {', '.join(unknown)}, not a class of the "
+                f"cluster ({', '.join(classes)}); fix the gpuClass or the cluster file"
+            )
+        infos.append(QueueInfo.from_spec(queue.name, queue.spec))
+    names = {q.name for q in infos}
+    missing = sorted({r.tenant for r in rows} - names)
+    if missing:
+        raise ValueError(
+            f"trace: tenant {', '.join(missing)} names no HeteroQueue in {path}; add the queue or fix "
+            "the tenant column"
+        )
+    return tuple(infos)
+
+
+def _with_tenants(result: SimulationResult) -> dict[str, object]:
+    summary = summarize(result)
+    tenants = sorted({o.tenant for o in result.outcomes})
+    summary["avg_jct_by_tenant"] = {
+        t: sum(o.jct_s for o in result.outcomes if o.tenant == t)
+        / sum(1 for o in result.outcomes if o.tenant == t)
+        for t in tenants
+    }
+    return summary
 
 
 def _largest_job(cluster: Cluster) -> int:

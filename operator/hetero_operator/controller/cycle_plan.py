@@ -134,7 +134,7 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
         view,
         now,
         jobs,
-        build_snapshot(view, requests, now),
+        build_snapshot(view, requests, now, config.scheduler.charging),
         tuple(marks),
         tuple(finalizers),
         tuple(clean_up),

@@ -12,7 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from hetero_operator.controller import names
-from hetero_operator.resources import GPUClass, GPUClassStatus, HeteroTrainJob, InvalidResourceError
+from hetero_operator.resources import (
+    GPUClass,
+    GPUClassStatus,
+    HeteroQueue,
+    HeteroQueueSpec,
+    HeteroQueueStatus,
+    HeteroTrainJob,
+    InvalidResourceError,
+)
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 SCHEDULING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -248,3 +256,16 @@ class JobFacts:
             phase=(body.get("status") or {}).get("phase"),
             finalizers=tuple(metadata.get("finalizers") or ()),
         )
+
+
+@dataclass(frozen=True)
+class QueueFacts:
+    """A valid HeteroQueue (invalid ones are left out of the index with a log line)."""
+
+    name: str
+    spec: HeteroQueueSpec
+    reported: HeteroQueueStatus | None = None  # the status the queue carries now
+
+    @classmethod
+    def from_model(cls, model: HeteroQueue) -> QueueFacts:
+        return cls(name=model.name, spec=model.spec, reported=model.status)

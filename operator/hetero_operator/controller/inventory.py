@@ -13,8 +13,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.launcher import ClassLaunchInfo
+from hetero_operator.controller.queue_status import snapshot_queues
 from hetero_operator.kueue.facts import (
     ClusterQueueFacts,
     FlavorFacts,
@@ -35,6 +36,7 @@ from hetero_operator.scheduler import (
     WorkerSlot,
 )
 from hetero_operator.scheduler import MeasuredProfile as SchedulerProfile
+from hetero_operator.scheduler.charging import Charging
 
 NO_JOB = "-"
 """Pod index key of pods that belong to no HeteroTrainJob."""
@@ -60,6 +62,7 @@ class ClusterView:
     pods_by_job: Mapping[str, tuple[PodFacts, ...]]
     node_class: Mapping[str, str] = field(default_factory=dict)
     kueue: KueueView = field(default_factory=KueueView)
+    queues: Mapping[str, QueueFacts] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -69,6 +72,7 @@ class ClusterView:
         jobs: Iterable[JobFacts],
         pods: Iterable[PodFacts],
         kueue: KueueView | None = None,
+        queues: Iterable[QueueFacts] = (),
     ) -> ClusterView:
         class_map = {c.name: c for c in sorted(classes, key=lambda c: c.name)}
         node_map = {n.name: n for n in nodes}
@@ -87,6 +91,7 @@ class ClusterView:
             pods_by_job={key: tuple(sorted(values, key=lambda p: p.name)) for key, values in by_job.items()},
             node_class=node_class,
             kueue=kueue or KueueView(),
+            queues={q.name: q for q in sorted(queues, key=lambda q: q.name)},
         )
 
     @classmethod
@@ -97,6 +102,7 @@ class ClusterView:
         jobs: Mapping[str, Iterable[object]],
         pods: Mapping[str, Iterable[object]],
         kueue: Mapping[str, Mapping[str, Iterable[object]]] | None = None,
+        queues: Mapping[str, Iterable[object]] | None = None,
     ) -> ClusterView:
         return cls.build(
             (v for _, v in _flatten(classes) if isinstance(v, ClassFacts)),
@@ -104,6 +110,7 @@ class ClusterView:
             (v for _, v in _flatten(jobs) if isinstance(v, JobFacts)),
             (v for _, v in _flatten(pods) if isinstance(v, PodFacts)),
             kueue_view(kueue) if kueue else None,
+            (v for _, v in _flatten(queues or {}) if isinstance(v, QueueFacts)),
         )
 
     def with_jobs(self, jobs: Mapping[str, JobFacts]) -> ClusterView:
@@ -249,8 +256,12 @@ def scheduler_profile(measured: MeasuredProfile | None) -> SchedulerProfile | No
     )
 
 
-def build_snapshot(view: ClusterView, requests: Iterable[JobRequest], now: float) -> Snapshot:
-    """Nodes with the GPUs others use, GPU classes and the jobs' requests, as the scheduler wants them.
+def build_snapshot(
+    view: ClusterView, requests: Iterable[JobRequest], now: float, charging: Charging | None = None
+) -> Snapshot:
+    """Nodes with the GPUs others use, GPU classes, queues and the jobs' requests, as the scheduler
+    wants them. A queue's usage is what its status last recorded, charged on to ``now`` at the rate
+    its jobs hold GPUs (`queue_status.charged_usage`).
 
     A job in the snapshot uses, on each node, the larger of what its allocation says and what its
     live pods hold (old pods may still be saving a checkpoint); the part beyond its allocation counts
@@ -292,7 +303,8 @@ def build_snapshot(view: ClusterView, requests: Iterable[JobRequest], now: float
         )
         for c in view.classes.values()
     )
-    return Snapshot(classes=classes, nodes=tuple(nodes), jobs=jobs, now=now)
+    queues = snapshot_queues(view.queues, jobs, classes, tuple(nodes), now, charging or Charging())
+    return Snapshot(classes=classes, nodes=tuple(nodes), jobs=jobs, now=now, queues=queues)
 
 
 # --- GPU capacity, for the operator's gauges -------------------------------------------------------

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from hetero_operator import metric_names as names
 from hetero_operator.controller.actions import CyclePlan
 from hetero_operator.controller.inventory import ClassCapacity, ClusterView, gpu_capacity
+from hetero_operator.resources import HeteroQueueStatus
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 PLACEMENT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -70,6 +71,23 @@ class OperatorMetrics:
             [names.LABEL_NAMESPACE, names.LABEL_JOB, names.LABEL_PLAN_VERSION],
             registry=r,
         )
+        per_class = [names.LABEL_QUEUE, names.LABEL_GPU_CLASS]
+        self.queue_gpus = Gauge(names.QUEUE_GPUS, "GPUs a queue's jobs hold.", per_class, registry=r)
+        self.queue_nominal = Gauge(
+            names.QUEUE_NOMINAL_GPUS, "A queue's nominal quota.", per_class, registry=r
+        )
+        self.queue_borrowed = Gauge(
+            names.QUEUE_BORROWED_GPUS, "GPUs a queue holds beyond nominal quota.", per_class, registry=r
+        )
+        self.queue_charged = Gauge(
+            names.QUEUE_CHARGED_USAGE,
+            "Charged usage in reference-GPU seconds (decayed).",
+            [names.LABEL_QUEUE],
+            registry=r,
+        )
+        self.queue_share = Gauge(
+            names.QUEUE_SHARE, "Weighted share: lowest is served first.", [names.LABEL_QUEUE], registry=r
+        )
         self._plan_versions: dict[tuple[str, str], str] = {}
 
     def count_request(self, verb: str, resource: str) -> None:
@@ -120,6 +138,25 @@ def _set_all(gauge: Gauge, values: Mapping[str, int]) -> None:
     gauge.clear()
     for label, value in values.items():
         gauge.labels(label).set(value)
+
+
+def export_queues(metrics: OperatorMetrics, statuses: Mapping[str, HeteroQueueStatus]) -> None:
+    """Each queue's usage, quota, borrowing and share, as its status says after this cycle."""
+    for gauge in (
+        metrics.queue_gpus,
+        metrics.queue_nominal,
+        metrics.queue_borrowed,
+        metrics.queue_charged,
+        metrics.queue_share,
+    ):
+        gauge.clear()
+    for queue, status in statuses.items():
+        metrics.queue_charged.labels(queue).set(status.charged_usage)
+        metrics.queue_share.labels(queue).set(status.share)
+        for usage in status.usage:
+            metrics.queue_gpus.labels(queue, usage.gpu_class).set(usage.gpus)
+            metrics.queue_nominal.labels(queue, usage.gpu_class).set(usage.nominal)
+            metrics.queue_borrowed.labels(queue, usage.gpu_class).set(usage.borrowed)
 
 
 def export_cycle(metrics: OperatorMetrics, plan: CyclePlan, view: ClusterView) -> None:

@@ -31,7 +31,9 @@ from hetero_operator.controller.inventory import KUEUE_INDEX_NAMES, ClusterView
 from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.kueue_step import KueueConfig
 from hetero_operator.controller.lifecycle import LifecycleConfig
-from hetero_operator.controller.metrics import OperatorMetrics, export_cycle
+from hetero_operator.controller.metrics import OperatorMetrics, export_cycle, export_queues
+from hetero_operator.controller.queue_status import desired_statuses as desired_queue_statuses
+from hetero_operator.controller.queue_status_writes import QueueStatusWriter
 from hetero_operator.controller.startup import wait_for_indexes
 from hetero_operator.controller.status_cache import StatusCache
 from hetero_operator.controller.writers import JobWriters
@@ -39,7 +41,7 @@ from hetero_operator.scheduler import SchedulerConfig, schedule
 
 log = logging.getLogger(__name__)
 
-INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods")
+INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods", "htj_queues")
 Indexes = Mapping[str, Mapping[str, Iterable[object]]]
 
 
@@ -107,6 +109,7 @@ class SchedulingLoop:
             config.timing.concurrency,
         )
         self.class_statuses = ClassStatusWriter(client)
+        self.queue_statuses = QueueStatusWriter(client)
         self.cycle_config = CycleConfig(config.lifecycle, config.scheduler, config.kueue, config.launch)
         self._wake = asyncio.Event()
         self._next_wake = config.timing.idle_wake_seconds
@@ -141,6 +144,7 @@ class SchedulingLoop:
             for tasks in self.tasks:
                 await tasks.stop()
             await self.class_statuses.stop()
+            await self.queue_statuses.stop()
             await self.writers.stop()
 
     async def _next_cycle(self) -> None:
@@ -178,6 +182,7 @@ class SchedulingLoop:
             get("htj_jobs") or {},
             get("htj_pods") or {},
             kueue,
+            get("htj_queues") or {},
         )
         return seen.with_jobs(self.statuses.overlay(seen.jobs))
 
@@ -196,6 +201,12 @@ class SchedulingLoop:
         self.writers.apply(plan)
         self._wake_in(plan.wake_in)
         self._wake_in(self.class_statuses.sync(view, self.clock.monotonic()))
+        if view.queues:
+            charging = self.cycle_config.scheduler.charging
+            desired = desired_queue_statuses(prepared.snapshot, decisions, view.queues, charging)
+            reported = {name: facts.reported for name, facts in view.queues.items()}
+            self.queue_statuses.sync(desired, reported, self.clock.monotonic())
+            export_queues(self.metrics, desired)
         export_cycle(self.metrics, plan, view)
         for tasks in self.tasks:
             tasks.sync(view.jobs)
@@ -218,4 +229,4 @@ class SchedulingLoop:
     async def settle(self) -> None:
         """Wait for every write queued so far (tests)."""
         await self.writers.settle()
-        await asyncio.gather(*self.class_statuses.tasks)
+        await asyncio.gather(*self.class_statuses.tasks, *self.queue_statuses.tasks)

@@ -3,6 +3,7 @@ a partial view could place a job twice or hand out GPUs that are taken."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from hetero_operator.controller import names
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.inventory import ClusterView
 from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KUEUE, KubeClient, KubeError
+from hetero_operator.resources import HeteroQueue, InvalidResourceError
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,8 @@ class Existing:
     pods: set[str]
     nodes: set[str]
     workloads: set[str] = field(default_factory=set)
+    # Valid HeteroQueues: a first cycle without them would place jobs beyond their quotas.
+    queues: set[str] = field(default_factory=set)
 
 
 def _key(item: Mapping[str, Any]) -> str:
@@ -46,6 +50,15 @@ async def existing_objects(client: KubeClient, namespaces: tuple[str, ...], kueu
                 _key(i) for i in await client.list_items(f"{KUEUE}{scope}/workloads", managed)
             )
     found.nodes.update(item["metadata"]["name"] for item in await client.list_items(f"{CORE}/nodes"))
+    try:
+        queues = await client.list_items(f"{HETEROTRAIN}/heteroqueues")
+    except KubeError as error:
+        if error.status != 404:  # a cluster without the HeteroQueue CRD has no queues
+            raise
+        queues = []
+    for item in queues:
+        with contextlib.suppress(InvalidResourceError):  # the index leaves invalid queues out too
+            found.queues.add(HeteroQueue.from_k8s(item).name)
     return found
 
 
@@ -57,6 +70,7 @@ def holds_everything(view: ClusterView, existing: Existing) -> bool:
         and existing.pods <= seen_pods
         and existing.nodes <= set(view.nodes)
         and existing.workloads <= seen_workloads
+        and existing.queues <= set(view.queues)
     )
 
 

@@ -10,6 +10,7 @@ from hetero_operator.dashboards.panels import FULL_WIDTH, Query, new_dashboard, 
 
 UID = "heterotrain-gpu-pools"
 GPU_CLASS = (names.LABEL_GPU_CLASS,)
+QUEUE_CLASS = (names.LABEL_QUEUE, names.LABEL_GPU_CLASS)
 ALLOCATED = q.summed(names.OPERATOR_GPUS_ALLOCATED)
 CAPACITY = q.summed(names.OPERATOR_GPUS_CAPACITY)
 
@@ -161,6 +162,45 @@ def gpu_pools() -> Dashboard:
                 ],
                 "none",
                 width=FULL_WIDTH,
+            )
+        )
+        .with_row(row("Fair share across queues"))
+        .with_panel(
+            time_series(
+                "GPUs held per queue",
+                "GPUs each HeteroQueue's jobs hold, per GPU class, beside its nominal quota.",
+                [
+                    Query(q.summed(names.QUEUE_GPUS, QUEUE_CLASS), "{{queue}} {{gpu_class}}"),
+                    Query(q.summed(names.QUEUE_NOMINAL_GPUS, QUEUE_CLASS), "{{queue}} {{gpu_class}} nominal"),
+                ],
+                "none",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Borrowed GPUs",
+                "GPUs each queue holds beyond its nominal quota, lent by its cohort; reclaimed (checkpoint "
+                "first) when their owner needs them.",
+                [Query(q.summed(names.QUEUE_BORROWED_GPUS, QUEUE_CLASS), "{{queue}} {{gpu_class}}")],
+                "none",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Share",
+                "Weighted share per queue: charged usage plus what it holds, over its weight. The lowest "
+                "is served first.",
+                [Query(q.summed(names.QUEUE_SHARE, (names.LABEL_QUEUE,)), "{{queue}}")],
+                "none",
+            )
+        )
+        .with_panel(
+            time_series(
+                "Charged usage",
+                "Usage per queue in reference-GPU seconds (GPU seconds times each job's speed on the "
+                "class), decayed by the charging half-life.",
+                [Query(q.summed(names.QUEUE_CHARGED_USAGE, (names.LABEL_QUEUE,)), "{{queue}}")],
+                "none",
             )
         )
         .with_row(row("Scheduling latency"))

@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 
 from hetero_operator.controller import names
-from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
+from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.inventory import KUEUE_INDEX_NAMES, pod_index_key
 from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.metrics import OperatorMetrics
@@ -29,11 +29,13 @@ from hetero_operator.resources import (
     GROUP,
     VERSION,
     GPUClass,
+    HeteroQueue,
     InvalidResourceError,
 )
 
 JOBS = (GROUP, VERSION, "heterotrainjobs")
 CLASSES = (GROUP, VERSION, "gpuclasses")
+QUEUES = (GROUP, VERSION, "heteroqueues")
 WORKLOADS = (kueue.GROUP, kueue.VERSION, "workloads")
 
 
@@ -65,6 +67,19 @@ async def htj_classes(
         logger.warning("GPUClass %s ignored: %s", name, error)
         return None
     return {name: ClassFacts.from_model(model)}
+
+
+@kopf.index(*QUEUES)
+async def htj_queues(
+    body: kopf.Body, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> dict[str, QueueFacts] | None:
+    _wake(memo)
+    try:
+        model = HeteroQueue.from_k8s(dict(body))
+    except InvalidResourceError as error:
+        logger.warning("HeteroQueue %s ignored: %s", name, error)
+        return None
+    return {name: QueueFacts.from_model(model)}
 
 
 @kopf.index("", "v1", "pods")

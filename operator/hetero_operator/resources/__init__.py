@@ -32,7 +32,7 @@ from hetero_operator.resources.job_status import (
     Waiting,
     WorkerAllocation,
 )
-from hetero_operator.resources.objects import GPUClass, HeteroTrainJob
+from hetero_operator.resources.objects import GPUClass, HeteroQueue, HeteroTrainJob
 from hetero_operator.resources.parallelism import (
     AllocationPolicy,
     DreamDDPParameters,
@@ -42,6 +42,7 @@ from hetero_operator.resources.parallelism import (
     SESGDParameters,
     Strategy,
 )
+from hetero_operator.resources.queue import ClassQuotaSpec, ClassUsage, HeteroQueueSpec, HeteroQueueStatus
 
 __all__ = [
     "API_VERSION",
@@ -54,6 +55,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointAccessMode",
     "CheckpointStorage",
+    "ClassQuotaSpec",
+    "ClassUsage",
     "ClassWait",
     "Condition",
     "ConditionStatus",
@@ -65,6 +68,9 @@ __all__ = [
     "GPUClassStatus",
     "GpuRange",
     "HetPipeParameters",
+    "HeteroQueue",
+    "HeteroQueueSpec",
+    "HeteroQueueStatus",
     "HeteroTrainJob",
     "HeteroTrainJobSpec",
     "HeteroTrainJobStatus",

@@ -15,7 +15,7 @@ import yaml
 
 from hetero_operator.generated_files import generator_main, stale_names
 from hetero_operator.resources.base import GROUP, VERSION
-from hetero_operator.resources.objects import GPUClass, HeteroTrainJob, _CustomObject
+from hetero_operator.resources.objects import GPUClass, HeteroQueue, HeteroTrainJob, _CustomObject
 from hetero_operator.resources.openapi import structural_schema
 from hetero_operator.resources.structural import structural_violations
 
@@ -59,6 +59,15 @@ GPU_CLASS_COLUMNS = (
     PrinterColumn("Nodes", "integer", ".status.nodes", "Ready, schedulable nodes of this class."),
     PrinterColumn("GPUs", "integer", ".status.gpus", "Allocatable GPUs of this class."),
     PrinterColumn("Free", "integer", ".status.freeGpus", "GPUs of this class no running pod requests."),
+    AGE,
+)
+QUEUE_COLUMNS = (
+    PrinterColumn("Weight", "number", ".spec.weight", "Fair-share weight."),
+    PrinterColumn("Cohort", "string", ".spec.cohort", "Queues that lend each other unused quota."),
+    PrinterColumn("Usage", "string", ".status.summary", "GPUs held over nominal quota, per GPUClass."),
+    PrinterColumn("Share", "number", ".status.share", "Weighted charged usage: lower is served first."),
+    PrinterColumn("Running", "integer", ".status.runningJobs", "Jobs holding GPUs."),
+    PrinterColumn("Pending", "integer", ".status.pendingJobs", "Jobs waiting for GPUs."),
     AGE,
 )
 
@@ -133,6 +142,7 @@ def all_crds() -> dict[str, dict[str, Any]]:
     crds = (
         custom_resource_definition(HeteroTrainJob, JOB_COLUMNS),
         custom_resource_definition(GPUClass, GPU_CLASS_COLUMNS),
+        custom_resource_definition(HeteroQueue, QUEUE_COLUMNS),
     )
     return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}
 

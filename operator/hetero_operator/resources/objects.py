@@ -1,4 +1,4 @@
-"""The two custom resources as whole Kubernetes objects, with parsing from and to API dictionaries."""
+"""The custom resources as whole Kubernetes objects, with parsing from and to API dictionaries."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hetero_operator.resources.gpuclass import GPUClassSpec, GPUClassStatus
 from hetero_operator.resources.job_limits import IMMUTABLE_WHILE_RUNNING
 from hetero_operator.resources.job_spec import HeteroTrainJobSpec
 from hetero_operator.resources.job_status import HeteroTrainJobStatus
+from hetero_operator.resources.queue import HeteroQueueSpec, HeteroQueueStatus
 
 
 class _CustomObject(WireModel):
@@ -84,3 +85,15 @@ class GPUClass(_CustomObject):
     kind: Literal["GPUClass"] = Field(default="GPUClass", description="GPUClass")
     spec: GPUClassSpec
     status: GPUClassStatus | None = None
+
+
+class HeteroQueue(_CustomObject):
+    """A queue that jobs name in spec.queue: weight, GPU quotas per class, cohort."""
+
+    PLURAL = "heteroqueues"
+    SHORT_NAMES = ("hq",)
+    NAMESPACED = False
+
+    kind: Literal["HeteroQueue"] = Field(default="HeteroQueue", description="HeteroQueue")
+    spec: HeteroQueueSpec
+    status: HeteroQueueStatus | None = None

@@ -4,6 +4,9 @@
    GPU set with the best predicted throughput, within what earlier queue heads leave them.
 2. The first job of a queue that cannot start becomes its head: it holds back GPUs of its classes
    and, if lower-priority jobs hold what it needs, those are shrunk or preempted (checkpoint first).
+   With queues (see `queues`), jobs of equal priority are served by fair share (the queue whose
+   speed-priced usage over its weight is lowest next, see `fair_share`) and only within the quota
+   their queue may take per class.
 3. When nobody waits for a class, placed and running elastic jobs grow into its idle GPUs if that
    raises their predicted throughput enough.
 """
@@ -11,6 +14,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -18,8 +22,10 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.scheduler.admitted import place_admitted
+from hetero_operator.scheduler.charging import Charging
 from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preemption, Resize
 from hetero_operator.scheduler.elastic import grow
+from hetero_operator.scheduler.fair_share import FairShare
 from hetero_operator.scheduler.free_index import ClusterState
 from hetero_operator.scheduler.placement import (
     Candidate,
@@ -37,7 +43,7 @@ from hetero_operator.scheduler.queueing import (
     plan_preemption,
     scheduling_order,
 )
-from hetero_operator.scheduler.reasons import WaitContext, WaitReason, explain
+from hetero_operator.scheduler.reasons import WaitContext, WaitReason, explain, over_quota, unknown_queue
 from hetero_operator.scheduler.reservations import Budgets, HeadReservation
 from hetero_operator.scheduler.snapshot import Allocation, JobRequest, Snapshot
 from hetero_operator.scheduler.throughput import PriorModel
@@ -113,6 +119,9 @@ class SchedulerConfig:
             "jobs take any free GPUs."
         ),
     ] = False
+    charging: Annotated[
+        Charging, Field(description="How queues are charged for the GPUs they hold (fair share).")
+    ] = field(default_factory=Charging)
 
 
 @dataclass(slots=True)
@@ -140,13 +149,14 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     budgets = Budgets([])
     heads: dict[str, HeadReservation] = {}
     victims: set[str] = set()
-    for job in jobs:
-        if job.current is None:
-            _admit(job, ctx, budgets, heads, victims, running, out, config)
+    fair = FairShare(snapshot, config.charging) if snapshot.queues else None
+    queued = [j for j in jobs if j.current is None]
+    for job in fair.order(queued) if fair is not None else queued:
+        _admit(job, ctx, budgets, heads, victims, running, out, config, fair)
     if config.move_gain is not None:
-        _move_idle(running, ctx, out, victims, config)
+        _move_idle(running, ctx, out, victims, config, fair)
     if config.elastic:
-        _grow_idle(jobs, ctx, out, victims, config)
+        _grow_idle(jobs, ctx, out, victims, config, fair)
     return Decisions(
         place=out.place,
         grow=out.grow,
@@ -167,6 +177,7 @@ def _admit(
     running: list[JobRequest],
     out: _Outcome,
     config: SchedulerConfig,
+    fair: FairShare | None = None,
 ) -> None:
     """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
     if job.exact_mix is not None:  # a quota system admitted it: exactly those GPUs, or it waits
@@ -177,6 +188,11 @@ def _admit(
         else:
             out.place[job.key] = placed.allocation
             out.predicted[job.key] = placed.prediction.samples_per_second
+            if fair is not None:
+                fair.take(job, placed.allocation.gpus_per_class())
+        return
+    if fair is not None and not fair.knows(job.queue):
+        out.unschedulable[job.key] = unknown_queue(job)
         return
     state = ctx.state
     want = gang_size(job)
@@ -187,10 +203,25 @@ def _admit(
         out.waiting.append(job)
         return
     order = allowed_classes_fastest_first(job, state.classes)
-    enough_free = usable_now(job, order, ctx, budgets) >= want
-    candidate = best_candidate(job, want, ctx, budgets) if enough_free else None
+    within_quota = budgets
+    if fair is not None:
+        room = fair.headroom(job)
+        within_quota = fair.limit(job, budgets)
+        if sum(min(n, state.capacity[c]) for c, n in room.items()) < want:
+            # Its queue may not take a gang now. It reclaims what it lent if that is enough, else it
+            # waits for its own jobs to end; either way it holds nothing back from other queues.
+            plan = _reclaim(job, want, running, victims, ctx, within_quota, fair)
+            if plan is not None:
+                _apply_preemption(plan, job, out, running, fair, reclaiming=True)
+                victims.update(plan.victims)
+            out.unschedulable[job.key] = over_quota(job, want, room, tuple(plan.victims) if plan else ())
+            return
+    enough_free = usable_now(job, order, ctx, within_quota) >= want
+    candidate = best_candidate(job, want, ctx, within_quota) if enough_free else None
     if candidate is not None:
         _commit(job, candidate, ctx, budgets)
+        if fair is not None:
+            fair.take(job, candidate.allocation.gpus_per_class())
         out.place[job.key] = candidate.allocation
         out.predicted[job.key] = candidate.prediction.samples_per_second
         return
@@ -200,14 +231,19 @@ def _admit(
         wait = WaitContext(want, behind=head.job, enough_free_but_no_layout=enough_free)
         out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
         return
-    plan = _make_room(job, want, order, running, victims, ctx, budgets, config)
+    plan = _make_room(job, want, order, running, victims, ctx, within_quota, config)
+    reclaiming = False
+    if plan is None and fair is not None:
+        plan = _reclaim(job, want, running, victims, ctx, within_quota, fair)
+        reclaiming = plan is not None
     if plan is not None:
-        _apply_preemption(plan, job, out)
+        _apply_preemption(plan, job, out, running, fair, reclaiming=reclaiming)
         victims.update(plan.victims)
     wait = WaitContext(
         want,
         preempting=tuple(plan.victims) if plan else (),
         enough_free_but_no_layout=enough_free,
+        reclaiming=reclaiming,
     )
     out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
     reservation = head_reservation(job, want, ctx)
@@ -248,21 +284,61 @@ def _make_room(
     return None
 
 
+def _reclaim(
+    head: JobRequest,
+    want: int,
+    running: list[JobRequest],
+    victims: set[str],
+    ctx: PlacementContext,
+    budgets: Budgets,
+    fair: FairShare,
+) -> PreemptionPlan | None:
+    """Room for a head whose queue is owed nominal GPUs that other queues borrowed: their jobs on
+    those classes are preempted (checkpoint first), whatever their priority."""
+    classes, borrowers = fair.reclaimable(head, running)
+    if not borrowers:
+        return None
+    return plan_preemption(head, want, running, victims, ctx, budgets, within=classes, reclaim_from=borrowers)
+
+
 def _commit(job: JobRequest, candidate: Candidate, ctx: PlacementContext, budgets: Budgets) -> None:
     ctx.state.commit(job.key, list(candidate.added))
     for node, count in candidate.added:
         budgets.commit(ctx.state.class_of(node), count)
 
 
-def _apply_preemption(plan: PreemptionPlan, head: JobRequest, out: _Outcome) -> None:
-    why = f"making room for {head.key} (priority {head.priority}) in queue {head.queue}"
+def _apply_preemption(
+    plan: PreemptionPlan,
+    head: JobRequest,
+    out: _Outcome,
+    running: list[JobRequest],
+    fair: FairShare | None,
+    *,
+    reclaiming: bool = False,
+) -> None:
+    why = (
+        f"queue {head.queue} reclaims the GPUs of its quota it lent, for {head.key}"
+        if reclaiming
+        else f"making room for {head.key} (priority {head.priority}) in queue {head.queue}"
+    )
+    by_key = {j.key: j for j in running}
     for key, candidate in plan.shrinks.items():
         out.shrink[key] = Resize(
             candidate.allocation, f"shrunk to {candidate.allocation.total_gpus} GPUs, {why}"
         )
         out.predicted[key] = candidate.prediction.samples_per_second
+        if fair is not None:
+            job = by_key[key]
+            released = _held_classes(job) - candidate.allocation.gpus_per_class()
+            fair.give_back(job, released)
     for key in plan.preemptions:
         out.preempt[key] = Preemption(f"preempted, {why}")
+        if fair is not None:
+            fair.give_back(by_key[key], _held_classes(by_key[key]))
+
+
+def _held_classes(job: JobRequest) -> Counter[str]:
+    return job.current.gpus_per_class() if job.current is not None else Counter()
 
 
 def _idle_classes(ctx: PlacementContext, out: _Outcome) -> frozenset[str]:
@@ -282,21 +358,45 @@ def _move_idle(
     out: _Outcome,
     victims: set[str],
     config: SchedulerConfig,
+    fair: FairShare | None = None,
 ) -> None:
     """Move running jobs onto idle GPUs of a faster class (see `upgrade`)."""
     idle = _idle_classes(ctx, out)
     if not idle or config.move_gain is None:
         return
     movable = [j for j in running if j.preemptible and j.exact_mix is None and j.key not in victims]
-    for job, candidate in plan_moves(movable, ctx, idle, config.move_gain, config.max_growths_per_cycle):
+    admits = None if fair is None else _admits_move(fair)
+    moves = plan_moves(movable, ctx, idle, config.move_gain, config.max_growths_per_cycle, admits)
+    for job, candidate in moves:
         victims.add(job.key)  # it restarts this cycle: nothing else resizes it
         out.predicted[job.key] = candidate.prediction.samples_per_second
         classes = ", ".join(sorted(candidate.allocation.gpus_per_class()))
         out.grow[job.key] = Resize(candidate.allocation, f"moved to idle {classes} GPUs (faster)")
 
 
+def _admits_move(fair: FairShare) -> Callable[[JobRequest, Counter[str]], bool]:
+    """A move passes when the job's queue may hold its new GPUs once its old ones are given back
+    (borrowing included: GPUs that sit idle are lent, and reclaimed when their owner needs them)."""
+
+    def admits(job: JobRequest, new: Counter[str]) -> bool:
+        old = _held_classes(job)
+        fair.give_back(job, old)
+        if fair.fits(job, new):
+            fair.take(job, new)
+            return True
+        fair.take(job, old)
+        return False
+
+    return admits
+
+
 def _grow_idle(
-    jobs: list[JobRequest], ctx: PlacementContext, out: _Outcome, victims: set[str], config: SchedulerConfig
+    jobs: list[JobRequest],
+    ctx: PlacementContext,
+    out: _Outcome,
+    victims: set[str],
+    config: SchedulerConfig,
+    fair: FairShare | None = None,
 ) -> None:
     """Grow jobs into classes no waiting job could use."""
     state = ctx.state
@@ -323,6 +423,13 @@ def _grow_idle(
         candidate = grow(job, holding, ctx, classes, gain)
         if candidate is None:
             continue
+        if fair is not None:
+            added: Counter[str] = Counter()
+            for node, count in candidate.added:
+                added[state.class_of(node)] += count
+            if not fair.fits(job, added):
+                continue
+            fair.take(job, added)
         state.commit(job.key, list(candidate.added))
         out.predicted[job.key] = candidate.prediction.samples_per_second
         if is_new:

@@ -93,6 +93,7 @@ def plan_preemption(
     reclaim_growth: bool = False,
     within: frozenset[str] | None = None,
     preempt: bool = True,
+    reclaim_from: frozenset[str] | None = None,
 ) -> PreemptionPlan | None:
     """Fewest lower-priority jobs to shrink or preempt so the head fits once they let go.
 
@@ -100,8 +101,10 @@ def plan_preemption(
     victims for another head. With ``reclaim_growth``, jobs of the head's own priority that run
     above their gang size may be shrunk back toward it too (GPUs they grew into while idle are
     lent, not given); only lower-priority jobs are ever preempted, and only with ``preempt``.
-    ``within`` limits the room to those classes (a head that must run on one class). Returns
-    ``None`` when even all candidates together would not do.
+    ``within`` limits the room to those classes (a head that must run on one class). With
+    ``reclaim_from`` (the jobs of queues that borrowed quota the head's queue owns), exactly those
+    jobs are preempted, whatever their priority, and nothing is shrunk. Returns ``None`` when even
+    all candidates together would not do.
     """
     state = ctx.state
     classes = frozenset(allowed_classes_fastest_first(head, state.classes))
@@ -114,12 +117,16 @@ def plan_preemption(
         (j for j in running if j.preemptible and j.key not in taken and j.key != head.key),
         key=lambda j: (j.priority, -j.created_at, j.key),
     )
-    victims = [j for j in candidates if j.priority < head.priority] if preempt else []
-    shrinkable = [
-        j
-        for j in candidates
-        if j.priority < head.priority or (reclaim_growth and j.priority == head.priority)
-    ]
+    if reclaim_from is not None:
+        victims = [j for j in candidates if j.key in reclaim_from]
+        shrinkable = []
+    else:
+        victims = [j for j in candidates if j.priority < head.priority] if preempt else []
+        shrinkable = [
+            j
+            for j in candidates
+            if j.priority < head.priority or (reclaim_growth and j.priority == head.priority)
+        ]
     plan = PreemptionPlan(head.key)
     freed = 0
     released: dict[str, int] = {}

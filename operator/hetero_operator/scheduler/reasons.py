@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from hetero_operator.scheduler.placement import PlacementContext
-from hetero_operator.scheduler.reservations import Budgets
+from hetero_operator.scheduler.reservations import NO_LIMIT, Budgets
 from hetero_operator.scheduler.snapshot import JobRequest
 
 
@@ -26,6 +26,8 @@ class WaitCode(StrEnum):
     NO_FITTING_LAYOUT = "NoFittingLayout"  # enough GPUs free, but no placement of them fits
     PREEMPTING = "Preempting"  # lower-priority jobs are saving a checkpoint to make room
     QUEUED_BEHIND_HEAD = "QueuedBehindHead"  # an earlier job of its queue goes first
+    UNKNOWN_QUEUE = "UnknownQueue"  # spec.queue names no queue while queues are in use
+    QUOTA_EXCEEDED = "QuotaExceeded"  # its queue's quota (with what its cohort lends) is too small now
 
 
 class ClassVerdict(StrEnum):
@@ -68,6 +70,9 @@ class WaitReason:
     behind: str | None = None
     queue: str = "default"
     note: str | None = None  # a whole sentence, for policies that record no per-class detail
+    # GPUs the job's queue may still take per allowed class, when its quota holds it back.
+    quota_room: tuple[tuple[str, int], ...] = ()
+    reclaiming: bool = False
 
     @property
     def message(self) -> str:
@@ -83,6 +88,7 @@ class WaitContext:
     behind: str | None = None  # the head of the job's queue it waits behind
     preempting: tuple[str, ...] = ()
     enough_free_but_no_layout: bool = False
+    reclaiming: bool = False  # the preempted jobs borrowed quota the job's queue owns
 
 
 def class_reasons(job: JobRequest, want: int, ctx: PlacementContext, budgets: Budgets) -> list[ClassReason]:
@@ -167,6 +173,31 @@ def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: 
         layout_policy=job.allocation_policy.value if wait.enough_free_but_no_layout else None,
         preempting=wait.preempting,
         behind=wait.behind,
+        reclaiming=wait.reclaiming,
+    )
+
+
+def unknown_queue(job: JobRequest) -> WaitReason:
+    return WaitReason(
+        WaitCode.UNKNOWN_QUEUE, None, gpus_min=job.gpus_min, gpus_max=job.gpus_max, queue=job.queue
+    )
+
+
+def over_quota(
+    job: JobRequest, want: int, room: dict[str, int], reclaiming: tuple[str, ...] = ()
+) -> WaitReason:
+    """The job's queue may not take ``want`` GPUs of its classes now; ``reclaiming``: jobs of other
+    queues that borrowed its quota and are being checkpointed and stopped."""
+    return WaitReason(
+        WaitCode.PREEMPTING if reclaiming else WaitCode.QUOTA_EXCEEDED,
+        want,
+        gpus_min=job.gpus_min,
+        gpus_max=job.gpus_max,
+        chunk=job.chunk,
+        queue=job.queue,
+        preempting=reclaiming,
+        quota_room=tuple(sorted(room.items())),
+        reclaiming=bool(reclaiming),
     )
 
 
@@ -217,6 +248,11 @@ def format_wait(reason: WaitReason) -> str:
     """The full message for a job that is not placed in this cycle."""
     if reason.note is not None:
         return reason.note
+    if reason.code is WaitCode.UNKNOWN_QUEUE:
+        return (
+            f"spec.queue: no HeteroQueue named {reason.queue!r}; create it, or name an existing "
+            "HeteroQueue (kubectl get heteroqueues)"
+        )
     if reason.want is None:
         return (
             f"no multiple of parallelism.hetpipe.virtualWorkerSize ({reason.chunk}) lies between gpus.min "
@@ -225,6 +261,13 @@ def format_wait(reason: WaitReason) -> str:
     rounded = " rounded up to whole virtual workers" if reason.want != reason.gpus_min else ""
     parts = [f"needs {_gpus(reason.want)} at once (gpus.min{rounded})"]
     parts += [format_class(c) for c in reason.classes]
+    if reason.quota_room:
+        room = ", ".join(
+            f"class {c}: {'no limit' if n >= NO_LIMIT else _gpus(n)}" for c, n in reason.quota_room
+        )
+        parts.append(
+            f"queue {reason.queue} may take only {room} more (its nominal quota plus what its cohort lends)"
+        )
     if reason.capacity is not None:
         parts.append(
             f"the allowed classes have {reason.capacity} schedulable GPUs in total, so the job cannot start "
@@ -235,7 +278,12 @@ def format_wait(reason: WaitReason) -> str:
             "enough GPUs are free but no placement of them fits the job (virtual-worker grouping "
             f"{reason.layout_policy} or per-class batch limits)"
         )
-    if reason.preempting:
+    if reason.preempting and reason.reclaiming:
+        parts.append(
+            f"queue {reason.queue} reclaims the GPUs of its quota that other queues borrowed, "
+            f"checkpointing and stopping: {', '.join(reason.preempting)}"
+        )
+    elif reason.preempting:
         parts.append(
             f"making room by checkpointing and stopping lower-priority jobs: {', '.join(reason.preempting)}"
         )

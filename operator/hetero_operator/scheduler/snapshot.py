@@ -14,15 +14,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from hetero_operator.resources import AllocationPolicy, Strategy
+from hetero_operator.scheduler.queues import QueueInfo
+from hetero_operator.scheduler.snapshot_errors import SnapshotError
+from hetero_operator.scheduler.snapshot_errors import require as _require
 
-
-class SnapshotError(ValueError):
-    """A snapshot field is malformed; the message names the field and how to fix it."""
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise SnapshotError(message)
+__all__ = ["SnapshotError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +234,26 @@ class Snapshot:
     nodes: tuple[NodeInfo, ...]
     jobs: tuple[JobRequest, ...]
     now: float = 0.0
+    # Empty: one unlimited queue, as before queues existed (see `queues`).
+    queues: tuple[QueueInfo, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "classes", tuple(self.classes))
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "jobs", tuple(self.jobs))
+        object.__setattr__(self, "queues", tuple(self.queues))
         _require_unique([c.name for c in self.classes], "classes[].name")
         _require_unique([n.name for n in self.nodes], "nodes[].name")
         _require_unique([j.key for j in self.jobs], "jobs[].key")
+        _require_unique([q.name for q in self.queues], "queues[].name")
         class_names = {c.name for c in self.classes}
+        for queue in self.queues:
+            unknown = sorted(c for c in queue.quotas if c not in class_names)
+            _require(
+                not unknown,
+                f"queues[{queue.name}].quotas: {', '.join(unknown)} is not a GPUClass in the snapshot; "
+                "create the GPUClass or remove the quota",
+            )
         nodes = {n.name: n for n in self.nodes}
         for node in self.nodes:
             _require(

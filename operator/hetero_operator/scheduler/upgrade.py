@@ -11,7 +11,7 @@ hours. The jobs that gain most move first, so a fast GPU goes where it is worth 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hetero_operator.scheduler.placement import (
     Candidate,
@@ -73,11 +73,16 @@ def best_move(
 
 
 def plan_moves(
-    running: Iterable[JobRequest], ctx: PlacementContext, idle: frozenset[str], min_gain: float, limit: int
+    running: Iterable[JobRequest],
+    ctx: PlacementContext,
+    idle: frozenset[str],
+    min_gain: float,
+    limit: int,
+    admits: Callable[[JobRequest, Counter[str]], bool] | None = None,
 ) -> list[tuple[JobRequest, Candidate]]:
     """Up to ``limit`` moves, the largest gains first; each is scored again against what the moves
-    before it took. A moved job's old GPUs stay taken for the rest of the cycle: they are free only
-    once its pods have stopped."""
+    before it took, and must pass ``admits`` (GPUs per class of the new set; quotas). A moved job's
+    old GPUs stay taken for the rest of the cycle: they are free only once its pods have stopped."""
     scored = [(move[0], job) for job in running if (move := best_move(job, ctx, idle, min_gain)) is not None]
     scored.sort(key=lambda s: (-s[0], s[1].created_at, s[1].key))
     chosen: list[tuple[JobRequest, Candidate]] = []
@@ -86,6 +91,8 @@ def plan_moves(
         if move is None:
             continue
         candidate = move[1]
+        if admits is not None and not admits(job, candidate.allocation.gpus_per_class()):
+            continue
         for node, count in candidate.added:
             ctx.state.free[ctx.state.class_of(node)].take(node, count)
         ctx.state.held[job.key] = Counter(dict(candidate.added))

@@ -8,7 +8,9 @@ does); round-based policies decide at their round boundaries instead.
 
 A running job progresses at the samples/s the planner predicts for its GPUs (see `rates`), after a
 start-up delay; a job that is preempted or resized pays its checkpoint cost (save, then restore) on
-its next start. Every GPU handed out is checked against the node's capacity, so a policy that
+its next start. With queues, every queue's usage is charged while its jobs hold GPUs, by the same
+`charging` functions the scheduler orders queues with, and handed to the policy in each snapshot.
+Every GPU handed out is checked against the node's capacity, so a policy that
 double-books a GPU stops the simulation with an error.
 """
 
@@ -22,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from hetero_operator.scheduler import Allocation, Decisions, JobRequest, PriorModel, Snapshot
+from hetero_operator.scheduler.charging import Charging, accrue, charge_rate
+from hetero_operator.scheduler.queues import QueueInfo
 from hetero_operator.simulator.cluster import Cluster
 from hetero_operator.simulator.jobs import SimJob, build_job
 from hetero_operator.simulator.policies.base import SchedulingPolicy
@@ -45,6 +49,10 @@ class EngineOptions:
     # sensitivity runs: 0 makes preemption and resizing free, 4 four times as dear. First starts
     # always pay ``startup_s``.
     restart_cost_scale: float = 1.0
+    # Queues (the trace's tenants) and how their usage is charged: give the policy the same
+    # `Charging` (a `SchedulerConfig.charging`) so it orders queues by what is charged here.
+    queues: tuple[QueueInfo, ...] = ()
+    charging: Charging = field(default_factory=Charging)
 
     def __post_init__(self) -> None:
         if not (self.restart_cost_scale >= 0 and math.isfinite(self.restart_cost_scale)):
@@ -61,6 +69,7 @@ class JobOutcome:
     arrival_s: float
     work_samples: float
     ideal_runtime_s: float
+    tenant: str = "default"
     first_start_s: float | None = None
     finish_s: float | None = None
     restarts: int = 0
@@ -100,6 +109,7 @@ class _Run:
     rate: float
     progress_from: float
     since: float
+    charge: float = 0.0  # reference-GPU seconds per second charged to the job's queue
 
 
 @dataclass(order=True, slots=True)
@@ -141,6 +151,7 @@ class Simulation:
                 job.trace.arrival_s,
                 job.work_samples,
                 job.ideal_runtime_s,
+                job.trace.tenant,
             )
             for key, job in self.jobs.items()
         }
@@ -154,6 +165,9 @@ class Simulation:
         self.class_used: Counter[str] = Counter({c.name: 0 for c in cluster.classes})
         self.busy = dict.fromkeys(cluster.class_names, 0.0)
         self.timeline: list[tuple[float, dict[str, int]]] = [(0.0, dict(self.class_used))]
+        self.class_by_name = {c.name: c for c in cluster.classes}
+        self.gpus_per_class = cluster.gpus_per_class()
+        self.usage = {q.name: 0.0 for q in self.options.queues}
         self.finishes: list[_Finish] = []
         self.seq = 0
         self.now = 0.0
@@ -181,6 +195,14 @@ class Simulation:
         if span > 0:
             for name, used in self.class_used.items():
                 self.busy[name] += used * span
+            if self.usage:
+                charged = dict.fromkeys(self.usage, 0.0)
+                for key, run in self.runs.items():
+                    queue = self.jobs[key].request.queue
+                    if queue in charged:
+                        charged[queue] += run.charge
+                for queue, rate in charged.items():
+                    self.usage[queue] = accrue(self.usage[queue], rate, span, self.options.charging)
             self.now = to
 
     def _record(self) -> None:
@@ -197,7 +219,14 @@ class Simulation:
         delay = self.options.startup_s
         if key in self.resumed:
             delay = self.options.restart_cost_scale * (self.options.startup_s + self.jobs[key].checkpoint_s)
-        run = _Run(allocation, rate, self.now + delay, self.now)
+        charge = charge_rate(
+            request,
+            allocation.gpus_per_class(),
+            self.class_by_name,
+            self.gpus_per_class,
+            self.options.charging.pricing,
+        )
+        run = _Run(allocation, rate, self.now + delay, self.now, charge)
         self.runs[key] = run
         self.requests[key] = request
         outcome = self.outcomes[key]
@@ -248,7 +277,8 @@ class Simulation:
 
     def _cycle(self) -> Decisions:
         jobs = tuple(self.requests[key] for key in self.active)
-        snapshot = Snapshot(self.cluster.classes, self.cluster.nodes, jobs, now=self.now)
+        queues = tuple(replace(q, usage=self.usage[q.name]) for q in self.options.queues)
+        snapshot = Snapshot(self.cluster.classes, self.cluster.nodes, jobs, now=self.now, queues=queues)
         self.cycles += 1
         decided = self.policy.decide(snapshot)
         self._apply(decided)

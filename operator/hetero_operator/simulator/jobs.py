@@ -68,6 +68,7 @@ def build_job(trace: TraceJob, cluster: Cluster, *, pipelines: bool, prior: Prio
         global_batch=model.batch_per_gpu * trace.gpus_min,
         created_at=trace.arrival_s,
         priority=trace.priority,
+        queue=trace.tenant,
         max_local_batch={c.name: model.local_batch_cap(c) for c in cluster.classes if model.fits(c)},
         profile=model.measured_profile((*cluster.classes, REFERENCE_CLASS)),
     )

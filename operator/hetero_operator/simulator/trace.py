@@ -1,10 +1,13 @@
 """Job traces: generated from a seed, or loaded from (and saved to) CSV.
 
-One row per job: ``job_id, arrival_s, model, gpus_min, gpus_max, duration_s, priority[, gpu_classes]``.
+One row per job: ``job_id, arrival_s, model, gpus_min, gpus_max, duration_s, priority[, gpu_classes][,
+tenant]``.
 ``duration_s`` is how long the job runs on ``gpus_min`` V100 GPUs (the reference class), which fixes
 its amount of work; the simulator turns it into samples to process. ``gpu_classes`` (optional
 column) restricts the job to those GPU classes, ``|``-separated in preference order (``a100|v100``),
 as ``spec.gpuClasses`` does; empty means any class. ``model`` is one of `workloads.MODELS`.
+``tenant`` (optional column) is the queue the job is submitted to, as ``spec.queue`` is; empty or
+absent means ``default``.
 
 ```
 job_id,arrival_s,model,gpus_min,gpus_max,duration_s,priority,gpu_classes
@@ -34,8 +37,19 @@ from hetero_operator.simulator.workloads import MODELS
 
 CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
-COLUMNS = ("job_id", "arrival_s", "model", "gpus_min", "gpus_max", "duration_s", "priority", "gpu_classes")
-REQUIRED_COLUMNS = COLUMNS[:-1]
+COLUMNS = (
+    "job_id",
+    "arrival_s",
+    "model",
+    "gpus_min",
+    "gpus_max",
+    "duration_s",
+    "priority",
+    "gpu_classes",
+    "tenant",
+)
+REQUIRED_COLUMNS = COLUMNS[:-2]
+DEFAULT_TENANT = "default"
 CLASS_SEPARATOR = "|"
 
 # (GPUs, probability): single-GPU jobs dominate, a few use many GPUs.
@@ -64,6 +78,12 @@ class TraceJob(BaseModel):
     duration_s: float = Field(gt=0, allow_inf_nan=False)
     priority: int = 0
     gpu_classes: tuple[str, ...] = ()
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+    @field_validator("tenant", mode="before")
+    @classmethod
+    def _default_tenant(cls, value: object) -> object:
+        return DEFAULT_TENANT if value is None or value == "" else value
 
     @field_validator("gpu_classes", mode="before")
     @classmethod
@@ -155,11 +175,15 @@ def _class_subset(cluster: Cluster, model: str, gpus: int, draws: np.ndarray) ->
 
 def trace_to_csv(jobs: Sequence[TraceJob]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    # The tenant column only when some job is not the default tenant's (older traces stay as they were).
+    tenants = any(job.tenant != DEFAULT_TENANT for job in jobs)
+    writer = csv.DictWriter(out, fieldnames=COLUMNS if tenants else COLUMNS[:-1], lineterminator="\n")
     writer.writeheader()
     for job in jobs:
         row = job.model_dump()
         row["gpu_classes"] = CLASS_SEPARATOR.join(job.gpu_classes)
+        if not tenants:
+            del row["tenant"]
         writer.writerow(row)
     return out.getvalue()
 
