@@ -124,8 +124,21 @@ def test_training_verdicts_name_what_was_lost() -> None:
         condition_after={"status": "True"},
         operator_survived=True,
         logged=True,
+        slowed_rank=0,
+        share_before=0.5,
+        share_after=0.3,
+        new_plan=4,
+        new_plan_seconds=12.0,
     )
     assert outage_problems(outage) == ["a plan was written without metrics: version 2 -> 3"]
+    unchanged = OutageSeen(**{**outage.__dict__, "plans": (2, 2), "share_after": 0.5})
+    assert outage_problems(unchanged) == [
+        "the new plan (version 4) did not shrink the slowed rank 0's share: 0.5 -> 0.5"
+    ]
+    never = OutageSeen(**{**outage.__dict__, "plans": (2, 2), "new_plan": None})
+    assert outage_problems(never) == [
+        "no new plan was written after Prometheus came back, with a node slowed meanwhile"
+    ]
 
 
 def test_ledger_round_trips_and_keeps_rows_of_tests_that_did_not_run(tmp_path: Path) -> None:
@@ -145,7 +158,7 @@ def test_ledger_round_trips_and_keeps_rows_of_tests_that_did_not_run(tmp_path: P
     # Totals per area and per what the rows ran against; never one sum across them.
     assert "| security | test bed | 1 | 1 | 1 | 0 |" in text
     assert "| security | a fake API | 1 | 4 | 4 | 0 |" in text
-    assert "Trials:" not in text and "(1 such: a fake API)" in text
+    assert "Trials:" not in text and "(1 of the 3 rows here did not run on the test bed)" in text
     fresh = [Row("fault", "again", 3, 3, "nothing", "c", "t.py::one")]
     merged = merge(parsed, fresh, {"t.py::one", "t.py::gone"})
     assert [(row.what, row.test) for row in merged] == [
