@@ -172,8 +172,9 @@ def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool | A
     if phase != "Running" or generation is None:
         return None
     pods = [p for p in _current_pods(snapshot, life.name, generation) if live(p)]
-    if not pods:
-        return None
+    ranks = {worker["rank"] for worker in allocation.get("workers") or []}
+    if not pods or {rank_and_generation(p)[0] for p in pods} != ranks:
+        return None  # every worker of the generation must be there (an operator killed mid-creation)
     if generation in life.failed_generations | life.finished_generations:
         return None  # one move per generation; the operator acts next
     if life.kind is Kind.SUSPEND and not life.suspended:

@@ -47,7 +47,7 @@ def job(name: str, phase: str, generation: int, restarts: int = 0) -> Any:
         "status": {
             "phase": phase,
             "restarts": restarts,
-            "allocation": {"generation": generation, "workers": [{}]},
+            "allocation": {"generation": generation, "workers": [{"rank": 0}, {"rank": 1}]},
         },
     }
 
@@ -87,6 +87,8 @@ def test_a_settled_job_keeps_only_its_last_generation_owned_by_it() -> None:
 
 def test_a_fail_once_lifecycle_fails_rank_0_then_finishes_the_next_generation() -> None:
     life = Lifecycle("a", Kind.FAIL_ONCE)
+    half_there = snapshot([job("a", "Running", 0)], [pod("a", 0, 1)])
+    assert next_move(life, half_there, 0.0) is None  # rank 0 has no pod yet: nothing is finished
     running0 = snapshot([job("a", "Running", 0)], [pod("a", 0, 0), pod("a", 0, 1)])
     assert next_move(life, running0, 0.0) == Finish((names.pod_name("a", 0, 0),), 1)
     assert next_move(life, running0, 0.1) is None  # once per generation
