@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.reliability.faults_bed import start_bed
-from tests.reliability.ledger import UNRECORDED, Ledger, write
+from tests.reliability.ledger import UNRECORDED, Ledger, still_exists, write
 
 from hetero_operator.testbed.cluster import Testbed
 
@@ -38,7 +38,7 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
             what = "the test failed before it recorded what it tried"
             book.record(area=UNRECORDED, what=what, trials=0, survived=0, lost=reason, checks="-", test=test)
     if book.rows:
-        write(RELIABILITY_MD, book.rows, len(ran), ran)
+        write(RELIABILITY_MD, book.rows, len(ran), ran, still_exists(RELIABILITY_MD.parent))
 
 
 @pytest.fixture

@@ -222,6 +222,10 @@ class Cluster:
     def delete(self, job: str) -> None:
         self.custom.delete_namespaced_custom_object(*JOB_API, self.namespace, "heterotrainjobs", job)
 
+    def suspend(self, job: str, value: bool) -> None:
+        patch = {"spec": {"suspend": value}}
+        self.custom.patch_namespaced_custom_object(*JOB_API, self.namespace, "heterotrainjobs", job, patch)
+
     def finish(self, pods: list[str] | tuple[str, ...], code: int) -> None:
         patch = {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(code)}}}
         for pod in pods:

@@ -1,14 +1,17 @@
 """Short job lifecycles on KWOK nodes, driven from outside the way workers and users would drive them.
 
-Each lifecycle has a kind (succeed; fail once, then succeed; fail until out of restarts; be deleted)
-and `next_move` decides, from one snapshot, what to do to it next: finish its pods with an exit code,
-delete it, or settle it with the problems found. The driver owns no operator: faults happen beside it.
+Each lifecycle has a kind (succeed; fail once, then succeed; fail until out of restarts; be suspended,
+resumed, then succeed; be deleted) and `next_move` decides, from one snapshot, what to do to it next:
+finish its pods with an exit code, suspend or resume it, delete it, or settle it with the problems
+found. The driver owns no operator: faults happen beside it, and it says which kinds of move it allows
+at each moment (so a test can bring a phase about just before a fault).
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -32,6 +35,7 @@ class Kind(StrEnum):
     SUCCEED = "succeed"
     FAIL_ONCE = "fail once, then succeed"
     FAIL_OUT = "fail until out of restarts"
+    SUSPEND = "suspend, resume, then succeed"
     DELETE = "delete"
 
 
@@ -45,8 +49,12 @@ EXPECTED: dict[Kind, tuple[str | None, int]] = {
     Kind.SUCCEED: ("Succeeded", 0),
     Kind.FAIL_ONCE: ("Succeeded", 1),
     Kind.FAIL_OUT: ("Failed", 1),
+    Kind.SUSPEND: ("Succeeded", 0),
     Kind.DELETE: (None, 0),
 }
+# Seconds a failed job waits before its restart (its restartPolicy.backoffSeconds): long enough to
+# be seen, and killed, in Restarting.
+RESTART_BACKOFF = 3
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Lifecycle:
     finished_generations: set[int] = field(default_factory=set)
     failed_generations: set[int] = field(default_factory=set)
     deleted: bool = False
+    suspended: bool = False  # spec.suspend was set true
+    resumed: bool = False  # and then false again
     resting_since: float | None = None  # when it first reached its expected end
     done: bool = False
     problems: list[str] = field(default_factory=list)
@@ -65,17 +75,22 @@ class Lifecycle:
     kills: int = 0  # operator kills while this lifecycle was under way
 
     def manifest(self, namespace: str) -> dict[str, Any]:
-        return kwok_job(self.name, namespace, gpus=2, max_restarts=1 if self.kind is Kind.FAIL_OUT else 2)
+        body = kwok_job(self.name, namespace, gpus=2, max_restarts=1 if self.kind is Kind.FAIL_OUT else 2)
+        if self.kind in (Kind.FAIL_ONCE, Kind.FAIL_OUT):
+            body["spec"]["restartPolicy"]["backoffSeconds"] = RESTART_BACKOFF
+        return body
 
     def note(self, problem: str) -> None:
         if problem not in self.problems:
             self.problems.append(problem)
 
 
-def plan_lifecycles(count: int, seed: int) -> list[Lifecycle]:
+MIX = (Kind.SUCCEED, Kind.SUCCEED, Kind.FAIL_ONCE, Kind.FAIL_OUT, Kind.DELETE)
+
+
+def plan_lifecycles(count: int, seed: int, kinds: tuple[Kind, ...] = MIX) -> list[Lifecycle]:
     """A seeded mix of kinds, shuffled, so the order of starts and faults is reproducible."""
     rng = random.Random(seed)
-    kinds = [Kind.SUCCEED, Kind.SUCCEED, Kind.FAIL_ONCE, Kind.FAIL_OUT, Kind.DELETE]
     chosen = [kinds[i % len(kinds)] for i in range(count)]
     rng.shuffle(chosen)
     return [Lifecycle(f"life-{i:03d}", kind, rng.choice(list(DeleteWhen))) for i, kind in enumerate(chosen)]
@@ -94,16 +109,44 @@ class Delete:
     pass
 
 
-Move = Finish | Delete | None
+@dataclass(frozen=True)
+class Suspend:
+    """Set spec.suspend to `value`."""
+
+    value: bool
+
+
+Move = Finish | Delete | Suspend | None
+
+
+class MoveKind(StrEnum):
+    FINISH = "finish"  # every pod exits 0, or a job out of restarts fails for good
+    FAIL = "fail"  # rank 0 exits 1 and the job has a restart left: it goes Restarting
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    DELETE = "delete"
+
+
+Allow = Callable[[Lifecycle, MoveKind], bool]
+
+
+def _anything(life: Lifecycle, kind: MoveKind) -> bool:
+    return True
+
+
+def _nothing(life: Lifecycle, kind: MoveKind) -> bool:
+    return False
 
 
 def _current_pods(snapshot: Snapshot, job: str, generation: int) -> list[dict[str, Any]]:
     return [p for p in snapshot.job_pods(job) if rank_and_generation(p)[1] == generation]
 
 
-def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool = True) -> Move:
+def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool | Allow = True) -> Move:
     """What to do to one lifecycle now; settles it (done, problems) once it has come to rest.
-    With `may_act` False it only watches: no move is made (and none is used up)."""
+    `may_act` says which kinds of move are allowed now (all, none, or a function); a move not allowed
+    is not made (and not used up)."""
+    allow: Allow = may_act if callable(may_act) else _anything if may_act else _nothing
     if life.done:
         return None
     body = snapshot.jobs.get(life.name)
@@ -111,9 +154,7 @@ def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool = T
     if phase and (not life.phases_seen or life.phases_seen[-1] != phase):
         life.phases_seen.append(phase)
     if life.kind is Kind.DELETE:
-        if not life.deleted and not may_act:
-            return None
-        return _deleting(life, snapshot, body, phase, now)
+        return _deleting(life, snapshot, body, phase, now, allow)
     want_phase, want_restarts = EXPECTED[life.kind]
     if body is None:
         life.note("the job disappeared")
@@ -121,21 +162,37 @@ def next_move(life: Lifecycle, snapshot: Snapshot, now: float, may_act: bool = T
         return None
     if phase in ("Succeeded", "Failed"):
         return _settle(life, snapshot, phase, want_phase, want_restarts, now)
+    if phase == "Suspended" and life.suspended and not life.resumed:
+        if not allow(life, MoveKind.RESUME):
+            return None
+        life.resumed = True
+        return Suspend(False)
     allocation = status(body).get("allocation") or {}
     generation = allocation.get("generation")
     if phase != "Running" or generation is None:
         return None
     pods = [p for p in _current_pods(snapshot, life.name, generation) if live(p)]
-    if not pods:
-        return None
+    ranks = {worker["rank"] for worker in allocation.get("workers") or []}
+    if not pods or {rank_and_generation(p)[0] for p in pods} != ranks:
+        return None  # every worker of the generation must be there (an operator killed mid-creation)
     if generation in life.failed_generations | life.finished_generations:
         return None  # one move per generation; the operator acts next
-    if not may_act:
-        return None
+    if life.kind is Kind.SUSPEND and not life.suspended:
+        if not allow(life, MoveKind.SUSPEND):
+            return None
+        life.suspended = True
+        return Suspend(True)
+    if life.kind is Kind.SUSPEND and not life.resumed:
+        return None  # draining: the operator stops the workers once their grace is over
     if life.kind is Kind.FAIL_OUT or (life.kind is Kind.FAIL_ONCE and not life.failed_generations):
+        restart_left = not life.failed_generations
+        if not allow(life, MoveKind.FAIL if restart_left else MoveKind.FINISH):
+            return None
         life.failed_generations.add(generation)
         rank0 = min(pods, key=lambda p: rank_and_generation(p)[0])
         return Finish((rank0["metadata"]["name"],), 1)
+    if not allow(life, MoveKind.FINISH):
+        return None
     life.finished_generations.add(generation)
     return Finish(tuple(sorted(p["metadata"]["name"] for p in pods)), 0)
 
@@ -161,7 +218,12 @@ def _settle(
 
 
 def _deleting(
-    life: Lifecycle, snapshot: Snapshot, body: dict[str, Any] | None, phase: str | None, now: float
+    life: Lifecycle,
+    snapshot: Snapshot,
+    body: dict[str, Any] | None,
+    phase: str | None,
+    now: float,
+    allow: Allow,
 ) -> Move:
     if not life.deleted:
         allocation = status(body).get("allocation") or {} if body is not None else {}
@@ -170,7 +232,7 @@ def _deleting(
             DeleteWhen.PLACED: bool(allocation.get("workers")),
             DeleteWhen.RUNNING: phase == "Running",
         }[life.delete_when]
-        if due:
+        if due and allow(life, MoveKind.DELETE):
             life.deleted = True
             life.resting_since = now
             return Delete()

@@ -484,6 +484,7 @@ def test_malformed_plans_are_refused_with_a_logged_reason_and_the_old_plan_kept(
         lost="nothing" if not lost else "; ".join(lost[:10]),
         checks="the runtime keeps its current plan and logs an error naming the reason; a document that "
         "is a valid plan for the job's world is the only one applied",
+        ran_on="in process, no test bed: the runtime's plan reader over a plan file",
     )
     assert outcomes.count("refused") >= 30
     assert not lost, lost
@@ -602,12 +603,14 @@ def test_nonsense_metrics_are_refused_with_a_reason_and_no_plan_is_written(recor
     record(
         area="bad input",
         what="worker metrics with NaN, infinite, negative or zero times, a missing rank or a missing series, "
-        "served through Prometheus's HTTP API to the rebalancer",
+        "answered by a fake of Prometheus's HTTP API to the rebalancer's queries",
         trials=len(outcomes),
         survived=len(outcomes) - len(lost),
         lost="nothing" if not lost else "; ".join(lost[:10]),
         checks="no decision and no plan written; MetricsAvailable=False with a message naming the rank; sane "
         "values through the same path do lead to a decision",
+        ran_on="fakes, no test bed: an in-memory Kubernetes (FakeKube) and a fake Prometheus HTTP API "
+        "(httpx.MockTransport) around the real rebalancer",
     )
     assert decision is not None and kube.patches, "sane metrics through the same path lead to a decision"
     assert not lost, lost

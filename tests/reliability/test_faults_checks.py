@@ -15,7 +15,7 @@ from tests.reliability.faults_cluster import (
 )
 from tests.reliability.faults_lifecycles import Finish, Kind, Lifecycle, next_move
 from tests.reliability.faults_training import KillSeen, OutageSeen, kill_problems, outage_problems
-from tests.reliability.ledger import Row, merge, parse, render, write
+from tests.reliability.ledger import Row, merge, parse, render, still_exists, write
 
 from hetero_operator.controller import names
 
@@ -47,7 +47,7 @@ def job(name: str, phase: str, generation: int, restarts: int = 0) -> Any:
         "status": {
             "phase": phase,
             "restarts": restarts,
-            "allocation": {"generation": generation, "workers": [{}]},
+            "allocation": {"generation": generation, "workers": [{"rank": 0}, {"rank": 1}]},
         },
     }
 
@@ -87,6 +87,8 @@ def test_a_settled_job_keeps_only_its_last_generation_owned_by_it() -> None:
 
 def test_a_fail_once_lifecycle_fails_rank_0_then_finishes_the_next_generation() -> None:
     life = Lifecycle("a", Kind.FAIL_ONCE)
+    half_there = snapshot([job("a", "Running", 0)], [pod("a", 0, 1)])
+    assert next_move(life, half_there, 0.0) is None  # rank 0 has no pod yet: nothing is finished
     running0 = snapshot([job("a", "Running", 0)], [pod("a", 0, 0), pod("a", 0, 1)])
     assert next_move(life, running0, 0.0) == Finish((names.pod_name("a", 0, 0),), 1)
     assert next_move(life, running0, 0.1) is None  # once per generation
@@ -124,27 +126,66 @@ def test_training_verdicts_name_what_was_lost() -> None:
         condition_after={"status": "True"},
         operator_survived=True,
         logged=True,
+        slowed_rank=0,
+        share_before=0.5,
+        share_after=0.3,
+        new_plan=4,
+        new_plan_seconds=12.0,
     )
     assert outage_problems(outage) == ["a plan was written without metrics: version 2 -> 3"]
+    unchanged = OutageSeen(**{**outage.__dict__, "plans": (2, 2), "share_after": 0.5})
+    assert outage_problems(unchanged) == [
+        "the new plan (version 4) did not shrink the slowed rank 0's share: 0.5 -> 0.5"
+    ]
+    never = OutageSeen(**{**outage.__dict__, "plans": (2, 2), "new_plan": None})
+    assert outage_problems(never) == [
+        "no new plan was written after Prometheus came back, with a node slowed meanwhile"
+    ]
 
 
 def test_ledger_round_trips_and_keeps_rows_of_tests_that_did_not_run(tmp_path: Path) -> None:
     old = [
         Row("fault", "a | b\nc", 3, 2, "one run", "checks | more", "t.py::one", "2026-01-01 10:00"),
         Row("security", "s", 1, 1, "nothing", "c", "s.py::two", "2026-01-01 10:00"),
+        Row("security", "f", 4, 4, "nothing", "c", "s.py::three", "2026-01-01 10:00", "a fake API"),
     ]
     when = datetime.datetime(2026, 1, 2, 11, 30, tzinfo=datetime.UTC)
-    parsed = parse(render(old, 2, when))
+    text = render(old, 2, when)
+    parsed = parse(text)
     assert parsed == [
         Row("fault", "a | b c", 3, 2, "one run", "checks | more", "t.py::one", "2026-01-01 10:00"),
         old[1],
+        old[2],
     ]
+    # Totals per area and per what the rows ran against; never one sum across them.
+    assert "| security | test bed | 1 | 1 | 1 | 0 |" in text
+    assert "| security | a fake API | 1 | 4 | 4 | 0 |" in text
+    assert "Trials:" not in text and "(1 of the 3 rows here did not run on the test bed)" in text
     fresh = [Row("fault", "again", 3, 3, "nothing", "c", "t.py::one")]
     merged = merge(parsed, fresh, {"t.py::one", "t.py::gone"})
-    assert [(row.what, row.test) for row in merged] == [("again", "t.py::one"), ("s", "s.py::two")]
+    assert [(row.what, row.test) for row in merged] == [
+        ("again", "t.py::one"),
+        ("s", "s.py::two"),
+        ("f", "s.py::three"),
+    ]
     target = tmp_path / "RELIABILITY.md"
     write(target, old, 2)
     write(target, fresh, 1, {"t.py::one"})
     rows = parse(target.read_text())
-    assert [(row.what, row.run == "2026-01-01 10:00") for row in rows] == [("again", False), ("s", True)]
-    assert "1 rows from this run, 1 kept from earlier runs" in target.read_text()
+    assert [(row.what, row.run == "2026-01-01 10:00") for row in rows] == [
+        ("again", False),
+        ("s", True),
+        ("f", True),
+    ]
+    assert "1 rows from this run, 2 kept from earlier runs" in target.read_text()
+    # A kept row of a test that was renamed or removed goes with it.
+    (tmp_path / "t.py").write_text("def one():\n    pass\n")
+    gone = [
+        Row("fault", "x", 1, 1, "nothing", "c", "t.py::two"),
+        Row("fault", "y", 1, 1, "nothing", "c", "t.py::one"),
+    ]
+    assert [row.what for row in merge(gone, [], set(), still_exists(tmp_path))] == ["y"]
+    # A file written before the Ran on column: its rows ran on the test bed.
+    legacy = "## Fault\n\n| What | Trials | Survived | Lost | Checks | Test | Run |\n|---|\n"
+    legacy += "| old | 2 | 2 | nothing | c | `t.py::old` | 2025-12-01 10:00 |\n"
+    assert parse(legacy) == [Row("fault", "old", 2, 2, "nothing", "c", "t.py::old", "2025-12-01 10:00")]

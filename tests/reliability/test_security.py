@@ -190,6 +190,7 @@ def test_the_chart_operator_deployment_is_restricted(
         survived=len(specs) - len({p.split("/")[0] for p in problems}),
         lost="nothing" if not problems else "; ".join(problems),
         checks="runAsNonRoot, readOnlyRootFilesystem, allowPrivilegeEscalation false, capabilities drop ALL",
+        ran_on="test bed (the installed Deployment) and `helm template` output (the other modes)",
     )
     assert not problems, problems
 
@@ -268,6 +269,7 @@ def test_rbac_is_least_privilege(secured_run: SecuredRun, tmp_path: Path, record
         checks="ClusterRole of namespaced mode holds only cluster-scoped resources; no wildcard, no Secrets, "
         "no RBAC objects, no escalate/bind/impersonate; the account cannot read Secrets, bind roles, "
         "delete nodes or mint tokens",
+        ran_on="test bed (installed roles, `kubectl auth can-i`) and `helm template` output",
     )
     assert not problems, problems
 

@@ -18,6 +18,7 @@ from hetero_operator.controller.k8s import CORE, HETEROTRAIN, KUEUE, KubeClient,
 from hetero_operator.resources import HeteroQueue, InvalidResourceError
 
 log = logging.getLogger(__name__)
+RELIST_SECONDS = 1.0  # while waiting, how often to list again what still exists
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,17 @@ async def existing_objects(client: KubeClient, namespaces: tuple[str, ...], kueu
     return found
 
 
+def still_there(existing: Existing, now: Existing) -> Existing:
+    """What existed at start and exists still. An object deleted while the watches started never
+    reaches (or leaves) the indexes, so waiting for it would wait for the whole timeout."""
+    return Existing(
+        existing.jobs & now.jobs,
+        existing.pods & now.pods,
+        existing.nodes & now.nodes,
+        existing.workloads & now.workloads,
+    )
+
+
 def holds_everything(view: ClusterView, existing: Existing) -> bool:
     seen_pods = {f"{p.namespace}/{p.name}" for p in view.all_pods()}
     seen_workloads = {f"{w.namespace}/{w.name}" for found in view.kueue.workloads.values() for w in found}
@@ -92,7 +104,13 @@ async def wait_for_indexes(
                 raise
             log.info("listing the cluster failed (%s); retrying", error)
             await clock.sleep(0.5)
+    listed = clock.monotonic()
     while clock.monotonic() < deadline:
+        if clock.monotonic() - listed >= RELIST_SECONDS:
+            # Objects deleted since the first listing (a restart amid deletions) are not waited for.
+            with contextlib.suppress(KubeError, aiohttp.ClientError):
+                existing = still_there(existing, await existing_objects(client, namespaces, kueue))
+            listed = clock.monotonic()
         if holds_everything(view(), existing):
             log.info(
                 "indexes ready: %d jobs, %d pods, %d nodes, %d Workloads",
