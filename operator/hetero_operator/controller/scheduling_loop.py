@@ -56,9 +56,11 @@ class LoopTiming:
     idle_wake_seconds: Annotated[
         float, Field(gt=0, description="Longest time between two cycles when nothing changes.")
     ] = 10.0
+    # A burst of placements waits on the API server's latency, not on this process: at 1,000 nodes and
+    # 500 jobs, 96 writes in flight placed 16.4 jobs/s against 10-13 at 32, and 256 no more than 96.
     concurrency: Annotated[
         int, Field(ge=1, description="Writes to the API server in flight at once (per kind of write).")
-    ] = 32
+    ] = 96
 
 
 @dataclass(frozen=True)
