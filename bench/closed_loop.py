@@ -70,6 +70,13 @@ def _control_lines(control: dict[str, Any], target: float) -> list[str]:
     slowest = min(speeds) if speeds else 0.0
     ratios = " : ".join(f"{v / slowest:.2f}" for v in speeds) if slowest else "n/a"
     raw, steady = control["raw_steady_samples_per_second"], control["steady_samples_per_second"]
+    if control.get("base_ratio") is None:
+        measured, own = control.get("measured_speeds") or [], control.get("own_speeds") or []
+        return [
+            f"- Control run: {raw:.0f} samples/s in its steady epochs, but not comparable with this run: "
+            f"speeds were measured for {len(measured)} ranks under the control and {len(own)} under the "
+            "job's even split (every rank is needed to bring both to one simulated base)."
+        ]
     lines = [
         f"- Control run (the same job, rebalancing off, even split): {raw:.0f} samples/s in its steady "
         "epochs, brought to this run's simulated base by the median rank's ratio of measured speeds "
