@@ -17,6 +17,7 @@ from hetero_operator.controller.class_status import (
 )
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts
 from hetero_operator.controller.inventory import ClusterView
+from hetero_operator.controller.k8s import path_of
 from hetero_operator.resources import GPUClassStatus
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -128,5 +129,32 @@ def test_the_loop_reports_placements_in_the_class_status() -> None:
         patches = cluster.kube.count("PATCH", "gpuclasses/fast/status")
         await cluster.cycle()
         assert cluster.kube.count("PATCH", "gpuclasses/fast/status") == patches  # nothing changed
+
+    asyncio.run(scenario())
+
+
+def test_the_loop_writes_the_measured_speed_and_clears_it_when_no_job_backs_it() -> None:
+    async def scenario() -> None:
+        cluster = Cluster({"fast-0": ("fast", 2), "slow-0": ("slow", 4)})
+        cluster.submit("train", gpus={"min": 3, "max": 3}, batch={"global": 60})
+        await cluster.cycle()
+        job_status = path_of("HeteroTrainJob", "team", "train", "status")
+        # speeds 10 and 2 samples/ms: fast = 10/2 · 0.25 (slow's prior) = 1.25, slow = 2/10 · 1.0 = 0.2
+        measured = profile({"fast": 0.1, "slow": 0.5}).to_wire()
+        await cluster.kube.merge_patch(job_status, {"status": {"measured": measured}})
+
+        def status(name: str) -> dict[str, object]:
+            found = cluster.kube.obj("GPUClass", "", name)
+            assert found is not None
+            return dict(found.get("status") or {})
+
+        cluster.advance(MIN_INTERVAL_SECONDS)
+        await cluster.cycle()
+        assert (status("fast")["measuredSpeed"], status("fast")["measuredJobs"]) == (1.25, 1)
+        assert (status("slow")["measuredSpeed"], status("slow")["measuredJobs"]) == (0.2, 1)
+        await cluster.kube.merge_patch(job_status, {"status": {"measured": None}})
+        cluster.advance(MIN_INTERVAL_SECONDS)
+        await cluster.cycle()
+        assert "measuredSpeed" not in status("fast") and status("fast")["measuredJobs"] == 0
 
     asyncio.run(scenario())
