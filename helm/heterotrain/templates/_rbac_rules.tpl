@@ -10,7 +10,7 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [heterotrain.io]
   resources: [gpuclasses]
   verbs: [get, list, watch]
-# Each class's usable nodes, GPUs and free GPUs, as `kubectl get gpuclass` shows them.
+# Each class's usable nodes, GPUs, free GPUs and measured speed, as `kubectl get gpuclass` shows them.
 - apiGroups: [heterotrain.io]
   resources: [gpuclasses/status]
   verbs: [patch]

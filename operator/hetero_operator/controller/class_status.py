@@ -1,6 +1,7 @@
-"""`GPUClass` status: each class's usable nodes, GPUs and free GPUs, as `kubectl get gpuclass` shows
-them. Decided from the cycle's view (pure), written at most once per interval per class, so a burst
-of placements costs a few writes, not one per cycle."""
+"""`GPUClass` status: each class's usable nodes, GPUs and free GPUs, and its speed as the jobs
+measured it (`class_speed`), as `kubectl get gpuclass` shows them. Decided from the cycle's view
+(pure), written at most once per interval per class, so a burst of placements costs a few writes, not
+one per cycle."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hetero_operator.controller.class_speed import measured_speeds
 from hetero_operator.controller.inventory import ClusterView, gpu_capacity
 from hetero_operator.controller.k8s import HETEROTRAIN, KubeClient, KubeError
-from hetero_operator.resources import GPUClassStatus
+from hetero_operator.resources import GPUClassStatus, MeasuredProfile
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +28,25 @@ def desired_statuses(view: ClusterView) -> dict[str, GPUClassStatus]:
     nodes: Counter[str] = Counter(
         gpu_class for name, gpu_class in view.node_class.items() if view.schedulable(view.nodes[name])
     )
-    return {
-        name: GPUClassStatus(
+    speeds = measured_speeds(measured_profiles(view), {n: c.relative_speed for n, c in view.classes.items()})
+    statuses = {}
+    for name, facts in view.classes.items():
+        measured = speeds.get(name)
+        statuses[name] = GPUClassStatus(
             nodes=nodes[name],
             gpus=capacity[name].total,
             free_gpus=capacity[name].free,
+            measured_speed=measured.speed if measured is not None else None,
+            measured_jobs=measured.jobs if measured is not None else 0,
             observed_generation=facts.generation or None,
         )
-        for name, facts in view.classes.items()
-    }
+    return statuses
+
+
+def measured_profiles(view: ClusterView) -> list[MeasuredProfile]:
+    """What every job in the view measured of itself, whatever its phase."""
+    statuses = [job.model.status for job in view.jobs.values() if job.model is not None]
+    return [status.measured for status in statuses if status is not None and status.measured is not None]
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,13 @@ def status_path(name: str) -> str:
     return f"{HETEROTRAIN}/gpuclasses/{name}/status"
 
 
+def status_patch(status: GPUClassStatus) -> dict[str, object]:
+    """The merge patch that sets `status`: a field it leaves unset is cleared (null), so a measured
+    speed whose jobs are all gone does not linger."""
+    cleared: dict[str, object] = {field: None for field in ("measuredSpeed", "observedGeneration")}
+    return {"status": {**cleared, **status.to_wire()}}
+
+
 @dataclass
 class ClassStatusWriter:
     """Writes the due class statuses beside the loop; a failed write is retried by a later cycle."""
@@ -91,7 +110,7 @@ class ClassStatusWriter:
 
     async def _write(self, name: str, status: GPUClassStatus) -> None:
         try:
-            await self.client.merge_patch(status_path(name), {"status": status.to_wire()})
+            await self.client.merge_patch(status_path(name), status_patch(status))
         except KubeError as error:
             self.sent.pop(name, None)  # not written: the next due cycle tries again
             if error.status != 404:  # a class deleted meanwhile needs no status

@@ -54,6 +54,8 @@ JOB_COLUMNS = (
 )
 GPU_CLASS_COLUMNS = (
     PrinterColumn("Speed", "number", ".spec.relativeSpeed", "Prior speed relative to the reference GPU."),
+    PrinterColumn("Measured", "number", ".status.measuredSpeed", "Measured speed, on the prior's scale."),
+    PrinterColumn("Measured-Jobs", "integer", ".status.measuredJobs", "Jobs the measured speed comes from."),
     PrinterColumn("Memory(GiB)", "number", ".spec.memoryGiB", "Memory of one GPU."),
     PrinterColumn("Resource", "string", ".spec.resourceName", "Extended resource that counts the GPUs."),
     PrinterColumn("Nodes", "integer", ".status.nodes", "Ready, schedulable nodes of this class."),

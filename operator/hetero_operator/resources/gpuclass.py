@@ -68,6 +68,20 @@ class GPUClassStatus(WireModel):
     )
     gpus: int = Field(default=0, ge=0, description="Allocatable GPUs on those nodes.")
     free_gpus: int = Field(default=0, ge=0, description="Of those GPUs, the ones no running pod requests.")
+    measured_speed: float | None = Field(
+        default=None,
+        ge=0,
+        description="Measured speed on relativeSpeed's scale, from the jobs that ran on this class and on "
+        "at least one other: each job's samples/s of compute here over its samples/s on each other class "
+        "it ran on, times that class's relativeSpeed (geometric mean over those classes); the median over "
+        "jobs. This class's own prior is not used, so a value far from relativeSpeed says the prior is off. "
+        "Absent until such a job exists.",
+    )
+    measured_jobs: int = Field(
+        default=0,
+        ge=0,
+        description="Jobs (existing now, in any phase) over which measuredSpeed is the median.",
+    )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec the status reflects."
     )

@@ -6,7 +6,8 @@ worker's local batch, compute time and communication time, and the measured samp
 simulator predicts a phase's samples/s the way it predicts every job's: the planner's iteration
 time (``predict_iteration_time``) for that split, with each worker's linear model taken from its
 measured compute time and the all-reduce time of the worker that waited least (its time is pure
-communication; the others' also holds waiting for the slowest).
+communication; the others' also holds waiting for the slowest). Learnt from the phase it predicts,
+this cannot fail by much; `balance_prediction` predicts the balanced phase from the even one.
 """
 
 from __future__ import annotations
