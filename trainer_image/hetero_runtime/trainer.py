@@ -322,6 +322,13 @@ class Trainer:
             return None
         self.ctx.model.load_state_dict(state["model"])
         self.ctx.optimizer.load_state_dict(state["optimizer"])
+        # On every rank: only rank 0 reads the file, the others start from the state it sent.
+        log.info(
+            "resumed at epoch %d, %d samples into it (state %s)",
+            state["position"]["epoch"],
+            state["position"]["consumed"],
+            "read from the checkpoint" if path is not None else "received from rank 0",
+        )
         return state
 
     def _save_checkpoint(self, strategy: TrainingStrategy, reached: Reached) -> None:
