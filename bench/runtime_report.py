@@ -25,7 +25,8 @@ def load_artifacts(directory: Path = RESULTS) -> tuple[list[dict[str, Any]], lis
     """The committed runs: (simulated-speed runs, real-hardware runs), each sorted by file name."""
     simulated: list[dict[str, Any]] = []
     real: list[dict[str, Any]] = []
-    for path in sorted(directory.glob("runtime_*.json")):
+    paths = [*directory.glob("runtime_balance-*.json"), *directory.glob("runtime_real_hetero-*.json")]
+    for path in sorted(paths):
         run = json.loads(path.read_text())
         run["artifact"] = f"bench/results/{path.name}"
         (real if run.get("benchmark") == "runtime_real_hetero" else simulated).append(run)

@@ -14,7 +14,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,10 @@ from tests.reliability.faults_training import CHECKPOINT_DIR, WorkerRun, digits_
 from hetero_operator.controller import names
 from hetero_operator.plan import CHECKPOINT_RANK0_ONLY_ENV
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.versions import REPO_ROOT
 from hetero_runtime.checkpoint import checkpoint_path, load
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 JOB = "rwo"
 EPOCHS = 5
 SIZE = "1Gi"
@@ -50,18 +46,6 @@ GRACE_SECONDS = 60.0  # long: the workers' own exit after their checkpoint ends 
 STOPPED = re.compile(r"stopping on request \((.+?)\) at epoch (\d+) after (\d+) samples of it")
 RESUMING = re.compile(r"resuming from (\S+) \((\d+) epochs done\)")
 RESUMED = re.compile(r"resumed at epoch (\d+), (\d+) samples into it \(state (.+?)\)")
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """Three local process nodes of the demo's classes, and nothing else a job could land on."""
-    testbed = Testbed(tmp_path_factory.mktemp("rwo-bed"))
-    try:
-        testbed.up(load_node_list(DEMO_NODES))
-        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
-        yield testbed
-    finally:
-        testbed.down()
 
 
 def rwo_job(namespace: str) -> dict[str, Any]:

@@ -5,9 +5,7 @@ port under a non-data strategy fails with the message that names the fix."""
 
 from __future__ import annotations
 
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +17,17 @@ from tests.reliability.faults_training import worker_run
 import hetero_runtime.examples.ddp_digits as plain_example
 import hetero_runtime.examples.ddp_digits_hetero as ported_example
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.versions import REPO_ROOT
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 EPOCHS = 3
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """Three local process nodes of the demo's classes, and nothing else a job could land on."""
-    testbed = Testbed(tmp_path_factory.mktemp("own-script-bed"))
-    try:
-        testbed.up(load_node_list(DEMO_NODES))
-        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
-        yield testbed
-    finally:
-        testbed.down()
-
-
-def script_job(name: str, namespace: str, script: str, strategy: str = "data") -> dict[str, Any]:
-    # Process nodes run the pod's command on this host (the image is not pulled): this interpreter.
-    command = ["heterotrain", "worker", "--", sys.executable, script, "--epochs", str(EPOCHS)]
+def script_job(name: str, namespace: str, module: str, strategy: str = "data") -> dict[str, Any]:
+    # Process nodes run the pod's command on this host with this environment (the image is not
+    # pulled). The script goes by module name: a host path under a directory the pod mounts (such as
+    # a checkout in /tmp) would be read as the pod's own.
+    command = ["heterotrain", "worker", "--", "python", "-m", module, "--epochs", str(EPOCHS)]
     parallelism: dict[str, Any] = {"strategy": strategy}
     return {
         "apiVersion": "heterotrain.io/v1alpha1",
@@ -69,14 +54,14 @@ def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> 
     operator = OperatorProcess(bed, tmp_path / "operator.log")
     operator.start()
     try:
-        cluster.apply(script_job("plain", namespace, str(Path(plain_example.__file__))))
+        cluster.apply(script_job("plain", namespace, plain_example.__name__))
         final = cluster.until(lambda s: s.phase("plain") in ("Succeeded", "Failed"), 300, "plain to end")
         assert final.phase("plain") == "Succeeded", worker_run(bed, namespace, "plain", 0, 0)
-        cluster.apply(script_job("ported", namespace, str(Path(ported_example.__file__))))
+        cluster.apply(script_job("ported", namespace, ported_example.__name__))
         final = cluster.until(lambda s: s.phase("ported") in ("Succeeded", "Failed"), 300, "ported to end")
         assert final.phase("ported") == "Succeeded", worker_run(bed, namespace, "ported", 0, 0)
         plan = status(final.jobs["ported"])["plan"]
-        dream = script_job("dream", namespace, str(Path(ported_example.__file__)), strategy="dreamddp")
+        dream = script_job("dream", namespace, ported_example.__name__, strategy="dreamddp")
         cluster.apply(dream)
         refused = cluster.until(lambda s: s.phase("dream") in ("Succeeded", "Failed"), 300, "dream to end")
     finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +24,16 @@ from tests.reliability.faults_training import digits_job, worker_run
 from hetero_operator.controller import names
 from hetero_operator.plan import CHECKPOINT_REQUESTED_ANNOTATION, Plan
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.versions import REPO_ROOT
 from hetero_runtime.checkpoint import load
 from hetero_runtime.sampler import step_sizes
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 GRACE_SECONDS = 60.0
 PASSES = 12  # `low` makes 12 passes over 1437 samples an epoch: epochs of several seconds
 DATASET = 1437 * PASSES
 STOPPED = re.compile(r"stopping on request \((.+?)\) at epoch (\d+) after (\d+) samples of it \((\d+) steps")
 RESUMED = re.compile(r"resuming from \S*-sample-(\d+)\.pt \((\d+) epochs done\), (\d+) samples into epoch")
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """Three local process nodes of the demo's classes, and nothing else a job could land on."""
-    testbed = Testbed(tmp_path_factory.mktemp("preempt-bed"))
-    try:
-        testbed.up(load_node_list(DEMO_NODES))
-        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
-        yield testbed
-    finally:
-        testbed.down()
 
 
 def steps_to_reach(consumed: int, plan: Plan) -> int:

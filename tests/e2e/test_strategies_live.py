@@ -20,12 +20,9 @@ from tests.reliability.faults_training import worker_run
 from hetero_operator.controller import names
 from hetero_operator.plan import Plan
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.versions import REPO_ROOT
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 NODE_CLASSES = {"local-fast": "fast", "local-medium": "medium", "local-slow": "slow"}
 # Digits' held-out accuracy every strategy reaches with margin in these epochs (the runtime's own
 # strategy tests see 0.93 to 0.97 at the same batch).
@@ -74,18 +71,6 @@ def strategy_job(case: StrategyCase, namespace: str) -> dict[str, Any]:
             "rebalance": {"enabled": False, "initialSplit": "prior"},
         },
     }
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """Three local process nodes of the demo's classes, and nothing else a job could land on."""
-    testbed = Testbed(tmp_path_factory.mktemp("strategies-bed"))
-    try:
-        testbed.up(load_node_list(DEMO_NODES))
-        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
-        yield testbed
-    finally:
-        testbed.down()
 
 
 @pytest.fixture(scope="module")

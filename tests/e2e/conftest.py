@@ -1,0 +1,27 @@
+"""The test bed most end-to-end modules run on: the demo's three local process nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.nodes import load_node_list
+from hetero_operator.testbed.versions import REPO_ROOT
+
+DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Testbed]:
+    """Three local process nodes of the demo's classes, and nothing else a job could land on; one bed
+    per module (a module may define its own `bed` instead)."""
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    testbed = Testbed(tmp_path_factory.mktemp(f"{module}-bed"))
+    try:
+        testbed.up(load_node_list(DEMO_NODES))
+        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
+        yield testbed
+    finally:
+        testbed.down()
