@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
@@ -56,17 +56,25 @@ async def htj_nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> di
     return {name: NodeFacts.from_body(body)}
 
 
+Parsed = TypeVar("Parsed", GPUClass, HeteroQueue)
+
+
+def _parsed(kind: type[Parsed], body: kopf.Body, name: str, logger: kopf.Logger) -> Parsed | None:
+    """The cluster-scoped object as its model; an invalid one is left out of the index, with a warning."""
+    try:
+        return kind.from_k8s(dict(body))
+    except InvalidResourceError as error:
+        logger.warning("%s %s ignored: %s", kind.__name__, name, error)
+        return None
+
+
 @kopf.index(*CLASSES)
 async def htj_classes(
     body: kopf.Body, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> dict[str, ClassFacts] | None:
     _wake(memo)
-    try:
-        model = GPUClass.from_k8s(dict(body))
-    except InvalidResourceError as error:
-        logger.warning("GPUClass %s ignored: %s", name, error)
-        return None
-    return {name: ClassFacts.from_model(model)}
+    model = _parsed(GPUClass, body, name, logger)
+    return None if model is None else {name: ClassFacts.from_model(model)}
 
 
 @kopf.index(*QUEUES)
@@ -74,12 +82,8 @@ async def htj_queues(
     body: kopf.Body, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> dict[str, QueueFacts] | None:
     _wake(memo)
-    try:
-        model = HeteroQueue.from_k8s(dict(body))
-    except InvalidResourceError as error:
-        logger.warning("HeteroQueue %s ignored: %s", name, error)
-        return None
-    return {name: QueueFacts.from_model(model)}
+    model = _parsed(HeteroQueue, body, name, logger)
+    return None if model is None else {name: QueueFacts.from_model(model)}
 
 
 @kopf.index("", "v1", "pods")
