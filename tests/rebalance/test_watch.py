@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -42,16 +43,17 @@ class SimulatedWorkers:
         self.sums: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0] * 4)
         self.counts: dict[tuple[int, int], float] = defaultdict(float)
 
-    def run_epoch(self, plan: Plan) -> None:
+    def run_epoch(self, plan: Plan, steps: int = STEPS_PER_EPOCH, ends: bool = True) -> None:
+        """`steps` steps under `plan`; `ends`: the epoch ends with them."""
         computes = [b * MS_PER_SAMPLE / s / 1e3 for b, s in zip(plan.local_batches, self.speeds, strict=True)]
         step = max(computes) + 0.001
         for rank, compute in enumerate(computes):
             parts = (compute, 0.8 * compute, step - compute, step)
             sums = self.sums[(plan.version, rank)]
             for i, value in enumerate(parts):
-                sums[i] += value * STEPS_PER_EPOCH
-            self.counts[(plan.version, rank)] += STEPS_PER_EPOCH
-        self.epoch += 1
+                sums[i] += value * steps
+            self.counts[(plan.version, rank)] += steps
+        self.epoch += 1 if ends else 0
 
     def answers(self) -> dict[str, list[dict[str, Any]]]:
         """Every query the rebalancer may send, answered from the simulated histograms."""
@@ -81,58 +83,174 @@ def proportional(plan: Plan, speeds: list[float]) -> list[float]:
     return [plan.global_batch * s / sum(speeds) for s in speeds]
 
 
-def test_a_worker_that_slows_down_later_gets_a_smaller_share_and_gets_it_back() -> None:
-    async def scenario() -> None:
-        kube, clock = FakeKube(), ManualClock()
-        workers = SimulatedWorkers([1.0, 0.5, 0.25])
-        first = Plan(version=1, world_size=3, global_batch=140, local_batches=[80, 40, 20])  # 4 : 2 : 1
+class WatchedJob:
+    """A running job, its simulated workers and Prometheus, and the rebalancer's passes over it."""
+
+    def __init__(self, speeds: list[float], first: Plan, http: httpx.AsyncClient) -> None:
+        self.kube, self.workers, self.first = FakeKube(), SimulatedWorkers(speeds), first
+        self.rebalancer = Rebalancer(self.kube, http, RebalancerSettings(prometheus_url=URL), ManualClock())
+        self.memory = JobMemory()
+        self.plans: dict[float, Plan] = {}  # by the (fractional) epoch the plan was written at
+        self.steps = 0
+        running_job(self.kube, first, rebalance={"everyEpochs": 1, "minImprovement": 0.05}, epochs=40)
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        rows = self.workers.answers().get(request.url.params["query"], [])
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": rows}}
+        )
+
+    async def run(self, speeds: list[float], steps: int = STEPS_PER_EPOCH, prometheus: bool = True) -> None:
+        """Run `steps` steps (an epoch's end when the epoch's steps are done), then one pass, which
+        finds Prometheus down unless `prometheus`."""
+        self.workers.speeds = speeds
+        job = current(self.kube)
+        assert job.status is not None and job.status.plan is not None
+        plan = self.memory.plans.get(job.status.plan.version) or self.first
+        self.steps += steps
+        self.workers.run_epoch(plan, steps, ends=self.steps % STEPS_PER_EPOCH == 0)
+        snapshot = (
+            MetricsSnapshot(True, {"ns/job": JobSample(self.workers.epoch)})
+            if prometheus
+            else MetricsSnapshot(False, error="connection refused")
+        )
+        decision = await self.rebalancer.tick(job, self.memory, snapshot)
+        if decision is not None and decision.plan is not None:
+            self.plans[self.steps / STEPS_PER_EPOCH] = decision.plan
+            self.memory.plans.setdefault(decision.plan.version, decision.plan)
+
+    def newest(self) -> Plan:
+        return self.plans[max(self.plans)]
+
+
+def served(scenario: Callable[[Callable[[list[float], Plan], WatchedJob]], Awaitable[None]]) -> None:
+    """Run `scenario` with a maker of watched jobs whose Prometheus is the simulated one."""
+
+    async def main() -> None:
+        jobs: list[WatchedJob] = []
 
         def prometheus(request: httpx.Request) -> httpx.Response:
-            rows = workers.answers().get(request.url.params["query"], [])
-            return httpx.Response(
-                200, json={"status": "success", "data": {"resultType": "vector", "result": rows}}
-            )
+            return jobs[-1].answer(request)
 
         async with httpx.AsyncClient(transport=httpx.MockTransport(prometheus)) as http:
-            rebalancer = Rebalancer(kube, http, RebalancerSettings(prometheus_url=URL), clock)
-            memory = JobMemory()
-            running_job(kube, first, rebalance={"everyEpochs": 1, "minImprovement": 0.05}, epochs=40)
-            plans = {}
 
-            async def epoch(speeds: list[float]) -> None:
-                workers.speeds = speeds
-                job = current(kube)
-                assert job.status is not None and job.status.plan is not None
-                plan = memory.plans.get(job.status.plan.version) or first
-                workers.run_epoch(plan)
-                decision = await rebalancer.tick(
-                    job, memory, MetricsSnapshot(True, {"ns/job": JobSample(workers.epoch)})
-                )
-                if decision is not None and decision.plan is not None:
-                    plans[workers.epoch] = decision.plan
-                    memory.plans.setdefault(decision.plan.version, decision.plan)
+            def make(speeds: list[float], first: Plan) -> WatchedJob:
+                jobs.append(WatchedJob(speeds, first, http))
+                return jobs[-1]
 
-            for _ in range(3):  # settled from the start: nothing to change
-                await epoch([1.0, 0.5, 0.25])
-            assert plans == {}
-            slowed = [0.5, 0.5, 0.25]
-            for _ in range(2):
-                await epoch(slowed)
-            assert plans, "no new split within two epochs of the slowdown"
-            newest = plans[max(plans)]
-            for got, want in zip(newest.local_batches, proportional(newest, slowed), strict=True):
-                assert got == pytest.approx(want, rel=0.15)
-            for _ in range(3):  # the new split settles
-                await epoch(slowed)
-            before_recovery = max(plans)
-            for _ in range(3):
-                await epoch([1.0, 0.5, 0.25])
-            assert max(plans) > before_recovery, "the recovered worker never got its share back"
-            newest = plans[max(plans)]
-            for got, want in zip(newest.local_batches, proportional(newest, [1.0, 0.5, 0.25]), strict=True):
-                assert got == pytest.approx(want, rel=0.15)
+            await scenario(make)
 
-    asyncio.run(scenario())
+    asyncio.run(main())
+
+
+def assert_proportional(plan: Plan, speeds: list[float]) -> None:
+    for got, want in zip(plan.local_batches, proportional(plan, speeds), strict=True):
+        assert got == pytest.approx(want, rel=0.15), (plan.local_batches, speeds)
+
+
+NOMINAL = [1.0, 0.5, 0.25]
+SETTLED = Plan(version=1, world_size=3, global_batch=140, local_batches=[80, 40, 20])  # 4 : 2 : 1
+
+
+def test_a_worker_that_slows_down_later_gets_a_smaller_share_and_gets_it_back() -> None:
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        job = make(NOMINAL, SETTLED)
+        for _ in range(3):  # settled from the start: nothing to change
+            await job.run(NOMINAL)
+        assert job.plans == {}
+        slowed = [0.5, 0.5, 0.25]
+        for _ in range(2):
+            await job.run(slowed)
+        assert job.plans, "no new split within two epochs of the slowdown"
+        assert_proportional(job.newest(), slowed)
+        for _ in range(3):  # the new split settles
+            await job.run(slowed)
+        before_recovery = max(job.plans)
+        for _ in range(3):
+            await job.run(NOMINAL)
+        assert max(job.plans) > before_recovery, "the recovered worker never got its share back"
+        assert_proportional(job.newest(), NOMINAL)
+
+    served(scenario)
+
+
+def test_a_change_is_confirmed_by_half_an_epoch_after_the_epoch_that_showed_it() -> None:
+    """Passes come every few steps: the epoch that shows a change is followed by a confirming window
+    of half its steps, not by a whole second epoch; a window that is still shorter decides nothing."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        job = make(NOMINAL, SETTLED)
+        for _ in range(3):
+            await job.run(NOMINAL)
+        slowed = [0.5, 0.5, 0.25]
+        await job.run(slowed)  # the epoch that shows it
+        quarter = STEPS_PER_EPOCH // 4
+        await job.run(slowed, quarter)
+        assert job.plans == {}, "a quarter of an epoch confirmed the change"
+        await job.run(slowed, quarter)
+        assert list(job.plans) == [4.5], "no new split half an epoch after the epoch that showed it"
+        assert_proportional(job.newest(), slowed)
+
+    served(scenario)
+
+
+def test_a_change_that_began_late_in_an_epoch_is_caught_half_an_epoch_later() -> None:
+    """Rank 0 slows down 2x for the last quarter of an epoch: that epoch's mean moves by a fifth of
+    a whole change, which makes it suspect; half an epoch at the new speed confirms it."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        job = make(NOMINAL, SETTLED)
+        for _ in range(3):
+            await job.run(NOMINAL)
+        slowed = [0.5, 0.5, 0.25]
+        quarter = STEPS_PER_EPOCH // 4
+        await job.run(NOMINAL, 3 * quarter)  # a pass mid-epoch: not a look at the split
+        await job.run(slowed, quarter)
+        await job.run(slowed, 2 * quarter)
+        assert list(job.plans) == [4.5], "the change was not caught half an epoch after the epoch it began in"
+        assert_proportional(job.newest(), slowed)
+
+    served(scenario)
+
+
+def test_a_step_that_only_seemed_slower_reopens_nothing() -> None:
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        job = make(NOMINAL, SETTLED)
+        for _ in range(3):
+            await job.run(NOMINAL)
+        await job.run([0.5, 0.5, 0.25])
+        for _ in range(4):
+            await job.run(NOMINAL, STEPS_PER_EPOCH // 2)
+        assert job.plans == {}
+
+    served(scenario)
+
+
+def test_a_split_gone_back_to_is_reopened_when_a_worker_changed_speed_meanwhile() -> None:
+    """Prometheus is down while rank 0 slows down 4x late in the outage: the first split afterwards is
+    decided on a round mostly measured before the slowdown, measures worse than the old split's
+    (mostly fast) round, and the rebalancer goes back to the old split. That split, measured again,
+    shows rank 0 at a quarter of the speed it ran it at: the decision is reopened, and the next split
+    follows the new speeds."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        off_balance = Plan(version=1, world_size=3, global_batch=140, local_batches=[70, 40, 30])
+        job = make(NOMINAL, off_balance)
+        slowed = [0.25, 0.5, 0.25]
+        for _ in range(3):
+            await job.run(NOMINAL, prometheus=False)
+        await job.run(slowed, prometheus=False)
+        await job.run(slowed)  # Prometheus is back: a split decided on the mixed round
+        assert job.plans[5.0].local_batches[0] < 70, "the first split after the outage kept rank 0's share"
+        for _ in range(6):
+            await job.run(slowed)
+        versions = [p.version for p in job.plans.values()]
+        back = [p for p in job.plans.values() if p.local_batches == off_balance.local_batches]
+        assert back, f"no rollback to the old split, plans {versions} (the scenario lost its point)"
+        assert job.newest().version > back[0].version, "the split gone back to was never reopened"
+        assert_proportional(job.newest(), slowed)
+
+    served(scenario)
 
 
 def test_a_window_is_the_difference_of_two_looks() -> None:

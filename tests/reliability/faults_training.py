@@ -139,6 +139,20 @@ class OutageSeen:
     epoch_at_restart: int | None = None  # the last epoch finished when Prometheus started again
     operator_survived: bool = False
     logged: bool = False  # the operator's log names the outage
+    # A node slowed during the outage makes a new split due once measurements return.
+    slowed_rank: int | None = None
+    share_before: float | None = None  # the slowed rank's share of the global batch in the outage's plan
+    share_after: float | None = None  # and in the first plan written after Prometheus answered again
+    new_plan: int | None = None  # its version
+    new_plan_seconds: float | None = None  # from Prometheus answering (ready) to that plan seen
+    first_plan: tuple[int, float] | None = None  # (version, seconds) of the first plan after it
+
+
+def share(plan: dict[str, Any] | None, rank: int) -> float | None:
+    """A rank's share of the global batch in a job's status.plan."""
+    if not plan or rank >= len(plan.get("localBatches") or []):
+        return None
+    return float(plan["localBatches"][rank]) / float(plan["globalBatch"])
 
 
 def outage_problems(seen: OutageSeen) -> list[str]:
@@ -153,6 +167,13 @@ def outage_problems(seen: OutageSeen) -> list[str]:
         problems.append(f"the job was {seen.phase_during} during the outage")
     if seen.condition_after.get("status") != "True":
         problems.append(f"MetricsAvailable after Prometheus came back: {seen.condition_after}")
+    if seen.new_plan is None:
+        problems.append("no new plan was written after Prometheus came back, with a node slowed meanwhile")
+    elif seen.share_after is None or seen.share_before is None or seen.share_after >= seen.share_before:
+        problems.append(
+            f"the new plan (version {seen.new_plan}) did not shrink the slowed rank {seen.slowed_rank}'s "
+            f"share: {seen.share_before} -> {seen.share_after}"
+        )
     if not seen.operator_survived:
         problems.append("the operator process did not survive")
     if not seen.logged:

@@ -17,20 +17,22 @@ from typing import Any
 
 import pytest
 from tests.operator.live import OperatorProcess, wait_for
-from tests.reliability.faults_cluster import Cluster, generation, status
+from tests.reliability.faults_cluster import Cluster, Snapshot, generation, status, workers_by_node
 from tests.reliability.faults_training import (
     KillSeen,
     OutageSeen,
+    WorkerRun,
     checkpoints,
     digits_job,
     kill_problems,
     outage_problems,
+    share,
     worker_run,
 )
 
 from hetero_operator.testbed.cluster import Testbed
 
-pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(360)]
 
 JOB = "digits"
 # Epochs enough for the job to outlive the outage by many seconds: a restarted Prometheus passes on
@@ -41,6 +43,12 @@ EPOCHS = 30
 KILLED_RANK = 1
 METRICS = "MetricsAvailable"
 MIN_OUTAGE_SECONDS = 8.0  # four rebalancer passes
+# The node slowed during the outage (the test bed's simulated slowdown, a noisy neighbour): the fastest,
+# so that its worker's share must shrink once the rebalancer measures again.
+SLOWED_NODE = "local-fast"
+SLOWDOWN = "4"
+SLOWDOWN_ANNOTATION = "testbed.heterotrain.io/slowdown"
+NEW_PLAN_TIMEOUT = 90.0
 
 
 @pytest.fixture
@@ -69,7 +77,10 @@ def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyp
         cluster.apply(digits_job(JOB, namespace, EPOCHS))
         cluster.until(lambda s: s.phase(JOB) == "Running", 90, "the job to run")
         kill_a_worker_mid_epoch(bed, cluster, kill)
-        stop_prometheus_for_an_epoch(bed, cluster, outage)
+        try:
+            stop_prometheus_for_an_epoch(bed, cluster, outage)
+        finally:
+            bed.kubectl("annotate", "node", SLOWED_NODE, f"{SLOWDOWN_ANNOTATION}-", check=False)
         final = cluster.until(lambda s: s.phase(JOB) in ("Succeeded", "Failed"), 240, "the job to end")
         kill.final_phase = final.phase(JOB)
         last = worker_run(bed, namespace, JOB, generation(final, JOB) or 0, 0)
@@ -104,11 +115,16 @@ def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyp
     )
     down = [*outage_problems(outage), *errors]
     recovered = float("nan") if outage.recovered_seconds is None else outage.recovered_seconds
+    replanned = float("nan") if outage.new_plan_seconds is None else outage.new_plan_seconds
     record(
         area="fault",
         what=(
             f"Prometheus stopped for {outage.down_seconds:.0f} s (a whole epoch, several rebalancer passes) "
-            "and started again while the operator rebalanced a running torch job"
+            "and started again while the operator rebalanced a running torch job; meanwhile the node of "
+            f"rank {outage.slowed_rank} ({SLOWED_NODE}) was slowed {SLOWDOWN}x (the test bed's "
+            f"{SLOWDOWN_ANNOTATION} annotation), so a new split was due; a new plan (version "
+            f"{outage.new_plan}) that shrank its share was written {replanned:.1f} s after Prometheus "
+            f"answered again (the first new plan after it: {_first(outage)})"
         ),
         trials=1,
         survived=0 if down else 1,
@@ -117,11 +133,24 @@ def test_worker_killed_mid_epoch_and_prometheus_outage(  # type: ignore[no-untyp
             "MetricsAvailable=False (PrometheusUnavailable) and the outage in the operator's log; no plan "
             "written and no rebalance recorded without metrics; the job kept Running on its plan; "
             "MetricsAvailable=True again once Prometheus was back (after "
-            f"{recovered:.1f} s); the same operator process throughout"
+            f"{recovered:.1f} s); once measurements returned a new plan was written within "
+            f"{NEW_PLAN_TIMEOUT:.0f} s and gave the slowed rank a smaller share of the batch (here "
+            f"{_percent(outage.share_before)} -> {_percent(outage.share_after)}); the same operator "
+            "process throughout"
         ),
     )
     assert not killed, killed
     assert not down, down
+
+
+def _first(seen: OutageSeen) -> str:
+    if seen.first_plan is None:
+        return "none"
+    return f"version {seen.first_plan[0]} after {seen.first_plan[1]:.1f} s"
+
+
+def _percent(value: float | None) -> str:
+    return "none" if value is None else f"{value:.0%}"
 
 
 def kill_a_worker_mid_epoch(bed: Testbed, cluster: Cluster, seen: KillSeen) -> None:
@@ -145,15 +174,28 @@ def kill_a_worker_mid_epoch(bed: Testbed, cluster: Cluster, seen: KillSeen) -> N
     seen.resumed = wait_for(new_rank0.resumed, 90, "the new rank 0 to resume from a checkpoint")
 
 
+def split_settled(cluster: Cluster, rank0: WorkerRun) -> bool:
+    """The last two epochs ran on the job's current plan: the rebalancer has measured it and
+    decided to keep it, so a later speed change is the node's, not the split's."""
+    snapshot = cluster.poll()
+    plan = (status(snapshot.jobs[JOB]).get("plan") or {}) if snapshot is not None else {}
+    lines = rank0.progress()
+    return len(lines) >= 2 and all(line.get("plan_version") == plan.get("version") for line in lines[-2:])
+
+
 def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSeen) -> None:
-    """Stop Prometheus once the restarted job has trained an epoch; start it again an epoch later."""
+    """Stop Prometheus once the restarted job's split has settled, slow one node meanwhile, start
+    Prometheus again an epoch later, and wait for the new split the slowed node calls for."""
     snapshot = cluster.snapshot
     rank0 = worker_run(bed, cluster.namespace, JOB, generation(snapshot, JOB) or 0, 0)
     assert rank0 is not None
-    wait_for(rank0.progress, 120, "an epoch after the restart")
-    before = status(cluster.until(lambda s: True, 5, "a snapshot").jobs[JOB])
+    wait_for(lambda: split_settled(cluster, rank0), 120, "two epochs on one plan after the restart")
+    placed = cluster.until(lambda s: True, 5, "a snapshot")
+    before = status(placed.jobs[JOB])
     bed.stop_component("prometheus")
     stopped = time.monotonic()
+    seen.slowed_rank = workers_by_node(placed, JOB)[SLOWED_NODE][0]
+    bed.kubectl("annotate", "node", SLOWED_NODE, f"{SLOWDOWN_ANNOTATION}={SLOWDOWN}", "--overwrite")
     try:
         during = cluster.until(
             lambda s: condition(s.jobs[JOB], METRICS).get("reason") == "PrometheusUnavailable",
@@ -171,7 +213,7 @@ def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSee
         seen.plans = ((before.get("plan") or {}).get("version"), (after.get("plan") or {}).get("version"))
         seen.rebalances = (len(before.get("rebalances") or []), len(after.get("rebalances") or []))
     finally:
-        bed.start_component("prometheus")
+        bed.start_component("prometheus")  # returns once Prometheus answers (/-/ready)
         seen.down_seconds = time.monotonic() - stopped
         started = time.monotonic()
         seen.epoch_at_restart = max((line["epoch"] for line in rank0.progress()), default=None)
@@ -183,3 +225,26 @@ def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSee
     seen.condition_after = condition(back.jobs[JOB], METRICS)
     if seen.condition_after.get("status") == "True":
         seen.recovered_seconds = time.monotonic() - started
+    outage_plan = after.get("plan") or {}
+    rank = seen.slowed_rank
+    seen.share_before = share(outage_plan, rank)
+
+    def replanned(snapshot: Snapshot) -> bool:
+        """A new plan that answers the slowed node (a first one may still be a decision on what was
+        measured before the outage), or the job no longer running."""
+        plan = status(snapshot.jobs[JOB]).get("plan") or {}
+        newer = plan.get("version", 0) > outage_plan.get("version", 0)
+        if newer and seen.first_plan is None:
+            seen.first_plan = (plan["version"], time.monotonic() - started)
+        shrunk = (share(plan, rank) or 1.0) < (seen.share_before or 0.0)
+        return (newer and shrunk) or snapshot.phase(JOB) != "Running"
+
+    try:
+        written = cluster.until(replanned, NEW_PLAN_TIMEOUT, "a new plan once measurements returned")
+    except AssertionError:
+        return  # no new plan: outage_problems names it, and the worker kill's checks go on
+    plan = status(written.jobs[JOB]).get("plan") or {}
+    if plan.get("version", 0) > outage_plan.get("version", 0):
+        seen.new_plan_seconds = time.monotonic() - started
+        seen.new_plan = plan["version"]
+        seen.share_after = share(plan, seen.slowed_rank)

@@ -143,7 +143,7 @@ def _summary_line(job: dict[str, Any]) -> str:
     )
 
 
-def _progress_lines(testbed: Testbed, job: str) -> list[dict[str, Any]]:
+def progress_lines(testbed: Testbed, job: str) -> list[dict[str, Any]]:
     """What rank 0 printed per epoch, read from the local process node's log of each generation."""
     lines: list[dict[str, Any]] = []
     pod_dirs = sorted(
@@ -210,7 +210,7 @@ def follow(
                 break
             time.sleep(1.0)
     middle = running[3 * len(running) // 4] if running else None
-    return Followed(state, plans, epoch_rows(_progress_lines(testbed, name), plans), middle)
+    return Followed(state, plans, epoch_rows(progress_lines(testbed, name), plans), middle)
 
 
 def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:

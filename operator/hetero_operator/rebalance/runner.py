@@ -33,7 +33,16 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
-from hetero_operator.rebalance.watch import Totals, changed_speeds, describe, per_sample_seconds, window
+from hetero_operator.rebalance.watch import (
+    SUSPECT_CHANGE,
+    Totals,
+    changed_since_same_split,
+    changed_speeds,
+    confirming_steps,
+    describe,
+    per_sample_seconds,
+    window,
+)
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -95,8 +104,12 @@ class JobMemory:
     totals: dict[int, Totals] = field(default_factory=dict)
     watched_epoch: int = -1
     baselines: dict[int, dict[int, float]] = field(default_factory=dict)
-    # A change seen in one window only: it may have begun inside it, so the next window decides.
+    # A change seen in one window only: it may have begun inside it, so the next window decides,
+    # once it has this many steps (by plan version).
     suspected: dict[int, dict[int, float]] = field(default_factory=dict)
+    confirm_steps: dict[int, int] = field(default_factory=dict)
+    # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
+    history_from: int = 0
 
 
 def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
@@ -113,13 +126,15 @@ def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
 
 
 def watch_due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
-    """Has the job run `everyEpochs` more since the last look at a plan already decided on, with an
-    epoch boundary still ahead?"""
+    """Has the job run `everyEpochs` more since the last look at a plan already decided on (or is a
+    change seen at the last look waiting to be confirmed), with an epoch boundary still ahead?"""
     plan = job.status.plan if job.status is not None else None
     if plan is None or epoch is None or plan.version != memory.last_decided_version:
         return False
     if job.spec.epochs and epoch + 1 >= job.spec.epochs:
         return False
+    if plan.version in memory.suspected:
+        return True  # looked at every pass until the confirming window has its steps
     return epoch >= memory.watched_epoch + job.spec.rebalance.every_epochs
 
 
@@ -183,6 +198,9 @@ class Rebalancer:
         history = await self._history(job, memory)
         if memory.converged:  # the split went back to one that measured better: keep it, and watch it
             memory.last_decided_version = plan.version
+            changed = changed_since_same_split(memory.plans, memory.measured, plan, measured)
+            if changed:  # unless it measured worse because a worker's speed changed in between
+                return await self._reopen(job, state, plan, measured, changed, epoch, memory)
             await self._start_watching(job, plan, measured, memory, epoch)
             return None
         decision = self._decide(job, plan, measured, history, memory)
@@ -210,8 +228,8 @@ class Rebalancer:
         self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
     ) -> RebalanceDecision | None:
         """One look at a settled split over the epochs since the last: a worker whose speed changed in
-        two windows in a row (the first may have begun before the change) reopens the decision,
-        judged on the second window alone."""
+        that window and again in the steps after it (the first window may have begun before the
+        change) reopens the decision, judged on the second window alone."""
         plan = await self._current_plan(job, memory)
         if plan is None:
             return None
@@ -219,30 +237,50 @@ class Rebalancer:
             totals = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
             return None  # the outage is reported by the snapshot's pass
-        before, memory.totals[plan.version] = memory.totals.get(plan.version), totals
-        memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
+        before = memory.totals.get(plan.version)
         recent = window(before, totals, plan.version, epoch) if before is not None else None
+        suspected = memory.suspected.get(plan.version)
+        needed = memory.confirm_steps.get(plan.version, 0) if suspected else 0
+        if suspected and (recent is None or min(w.steps for w in recent.workers) < needed):
+            return None  # the confirming window goes on from the same look
+        memory.totals[plan.version] = totals
+        memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
         if recent is None or min(w.steps for w in recent.workers) < self.settings.min_steps:
             return None
         speeds = per_sample_seconds(recent, plan)
-        changed = changed_speeds(memory.baselines.get(plan.version, {}), speeds)
-        first_sight = plan.version not in memory.suspected
-        if not changed or first_sight:
-            if changed:
-                memory.suspected[plan.version] = changed
-            else:
-                memory.suspected.pop(plan.version, None)
+        baseline = memory.baselines.get(plan.version, {})
+        if not suspected:
+            if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
+                memory.suspected[plan.version] = suspect
+                memory.confirm_steps[plan.version] = confirming_steps(recent, self.settings.min_steps)
             return None
         memory.suspected.pop(plan.version, None)
+        changed = changed_speeds(baseline, speeds)
+        return await self._reopen(job, state, plan, recent, changed, epoch, memory) if changed else None
+
+    async def _reopen(
+        self,
+        job: HeteroTrainJob,
+        state: MetricsState,
+        plan: Plan,
+        recent: JobMeasurements,
+        changed: dict[int, float],
+        epoch: int | None,
+        memory: JobMemory,
+    ) -> RebalanceDecision:
+        """A settled split whose workers changed speed: decide again, on the newest round alone."""
         log.info("%s/%s: %s", job.namespace, job.name, describe(changed))
-        memory.baselines[plan.version] = speeds  # the same change does not reopen it twice
-        memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now
         memory.converged = False
+        memory.history_from = plan.version
+        memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now
         policy = batch_policy(job.spec, self._classes(job))
         decision = decide(plan, record({}, recent, plan), policy, recent, (epoch or 0) + 1)
         decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
         if decision.plan is not None:
             memory.last_decided_version = plan.version
+        elif plan.version not in memory.totals:  # keep the split and watch it from here
+            await self._start_watching(job, plan, recent, memory, epoch)
+        memory.baselines[plan.version] = per_sample_seconds(recent, plan)  # one change reopens it once
         await self._publish(job, state.status, plan, decision)
         return decision
 
@@ -304,7 +342,7 @@ class Rebalancer:
     async def _history(self, job: HeteroTrainJob, memory: JobMemory) -> dict[int, list[PerfSample]]:
         """Samples of every plan version measured so far, oldest first (refetched after a restart)."""
         history: dict[int, list[PerfSample]] = {}
-        for version in sorted(memory.plans):
+        for version in sorted(v for v in memory.plans if v >= memory.history_from):
             measured = memory.measured.get(version)
             if measured is None:
                 try:

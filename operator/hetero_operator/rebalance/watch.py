@@ -1,7 +1,8 @@
 """After a split has settled, the rebalancer keeps watching: every epoch it compares each worker's
 compute per sample over the last epoch with what it was when the split was decided, and a worker
-that became clearly slower or faster (a noisy neighbour, throttling, a recovery) over two epochs in
-a row reopens the decision with the new speeds. Pure: totals in, windows and changes out."""
+that became clearly slower or faster (a noisy neighbour, throttling, a recovery) in that epoch and
+again in the steps right after it reopens the decision with the new speeds. Pure: totals in,
+windows and changes out."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasur
 # A worker's compute per sample that moved by more than this share over a whole epoch has changed
 # speed; step-to-step noise averages out over an epoch's steps and stays well below it.
 SPEED_CHANGE = 0.2
+# A window in which a change began shows only part of it: half the change makes a rank suspect, and
+# the steps after the window confirm it (or not) at the full threshold.
+SUSPECT_CHANGE = SPEED_CHANGE / 2
 PARTS = ("compute", "sync_start", "comm", "step")
 
 
@@ -75,3 +79,35 @@ def describe(changed: Mapping[int, float]) -> str:
     return "worker speeds changed: " + ", ".join(
         f"rank {rank} at {ratio:.2g}x its speed" for rank, ratio in sorted(changed.items())
     )
+
+
+def confirming_steps(first_window: JobMeasurements, min_steps: int) -> int:
+    """Steps a second look needs to confirm a change seen in `first_window`: half as many as that
+    window had. The change may have begun inside the first window, never inside the second, so
+    half an epoch of steps is enough to judge it, and it comes half an epoch after a whole one."""
+    return max(min_steps, min(w.steps for w in first_window.workers) // 2)
+
+
+def same_split_before(
+    plans: Mapping[int, Plan], measured: Mapping[int, JobMeasurements], plan: Plan
+) -> tuple[Plan, JobMeasurements] | None:
+    """The newest measured plan before `plan` with the same total and split (a split gone back to)."""
+    for version in sorted(plans, reverse=True):
+        earlier = plans[version]
+        if version >= plan.version or version not in measured:
+            continue
+        if earlier.local_batches == plan.local_batches and earlier.global_batch == plan.global_batch:
+            return earlier, measured[version]
+    return None
+
+
+def changed_since_same_split(
+    plans: Mapping[int, Plan], measured: Mapping[int, JobMeasurements], plan: Plan, now: JobMeasurements
+) -> dict[int, float]:
+    """Ranks whose speed changed since the split was last run: a split gone back to because the
+    split between measured worse may have measured worse because a worker's speed changed meanwhile
+    (the one comparison of one split with itself that is sound: same batches, same fixed costs)."""
+    before = same_split_before(plans, measured, plan)
+    if before is None:
+        return {}
+    return changed_speeds(per_sample_seconds(before[1], before[0]), per_sample_seconds(now, plan))
