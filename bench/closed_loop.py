@@ -3,7 +3,9 @@
 `make demo` runs the digits example on three local process nodes of simulated relative speeds 1, 0.5
 and 0.25 under the operator with Prometheus-driven rebalancing, after a control run of the same job
 with rebalancing off on the same nodes. This runs the same demo, keeps its report as
-`bench/results/closed_loop.json` and writes BENCHMARKS.md's section from it.
+`bench/results/closed_loop.json` and writes BENCHMARKS.md's section from it. A second run (with its
+own control) slows the fast node 2x once the split has settled and measures how soon the job is back
+within 90% of the ideal for the new speeds.
 
     python bench/closed_loop.py --write    # run the demo, write the artifact and the section
     python bench/closed_loop.py --render   # the section from the committed artifact
@@ -12,6 +14,7 @@ with rebalancing off on the same nodes. This runs the same demo, keeps its repor
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -22,7 +25,10 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks_md import publish, replace_section
-from hetero_operator.demo.run import DemoSettings, run_demo
+from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
+from hetero_operator.demo.slowdown import Slowdown, recovery, slowed_rank
+from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.versions import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT = REPO / "bench" / "results" / "closed_loop.json"
@@ -30,6 +36,11 @@ SECTION = "## Closed loop (make demo)"
 # The issue's target: with rebalancing, steady-state samples/s over the control's is at least this
 # share of the ideal speed-up the measured speeds allow.
 TARGET_OF_IDEAL = 0.9
+# After a mid-job slowdown of one worker: back within TARGET_OF_IDEAL of the new ideal in this many epochs.
+TARGET_EPOCHS_BACK = 2
+SLOWED_NODE = "local-fast"
+SLOWDOWN_FACTOR = 2.0
+SLOWDOWN_EPOCHS = 16
 
 
 def machine() -> str:
@@ -42,12 +53,42 @@ def commit() -> str:
     return done.stdout.strip()
 
 
+def _trimmed(report: dict[str, Any]) -> dict[str, Any]:
+    report.pop("status", None)  # the job's whole status: large, and its figures are in the rows
+    report.pop("prometheus", None)  # a loopback address of a test bed that is gone
+    return report
+
+
+def slowdown_run() -> dict[str, Any]:
+    """The demo job with the fast node slowed once its split settled, after its own control run."""
+    job = copy.deepcopy(demo_job())
+    job["metadata"]["name"] = "slowdown"
+    job["spec"]["epochs"] = SLOWDOWN_EPOCHS
+    bed = Testbed(cache_root() / "clusters" / "demo")
+    slowdown = Slowdown(bed, "slowdown", SLOWED_NODE, factor=SLOWDOWN_FACTOR, restore=False)
+    try:
+        with tempfile.TemporaryDirectory(prefix="closed-loop-slowdown-") as out:
+            report = run_demo(DemoSettings(output=Path(out)), Console(stderr=True), bed, job, slowdown)
+    finally:
+        slowdown.clear()
+        bed.down()
+    rank = slowed_rank(report.get("status") or {}, SLOWED_NODE)
+    seen = slowdown.seen()
+    found = recovery(report, seen, rank, TARGET_OF_IDEAL) if rank is not None else {}
+    return {"seen": seen, "recovery": found, "report": _trimmed(report)}
+
+
 def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="closed-loop-") as out:
         report = run_demo(DemoSettings(output=Path(out)), Console(stderr=True))
-    report.pop("status", None)  # the job's whole status: large, and its figures are in the rows
-    report.pop("prometheus", None)  # a loopback address of a test bed that is gone
-    return {"machine": machine(), "commit": commit(), "target_of_ideal": TARGET_OF_IDEAL, "report": report}
+    return {
+        "machine": machine(),
+        "commit": commit(),
+        "target_of_ideal": TARGET_OF_IDEAL,
+        "target_epochs_back": TARGET_EPOCHS_BACK,
+        "report": _trimmed(report),
+        "slowdown": slowdown_run(),
+    }
 
 
 def _batches(row: dict[str, Any]) -> str:
@@ -124,7 +165,43 @@ def render(artifact: dict[str, Any]) -> str:
     speedup = report.get("speedup_vs_even_epoch")
     if speedup:
         lines.append(f"- Steady state over the job's own best even-split epoch: {speedup:.2f}x.")
+    if artifact.get("slowdown"):
+        lines += ["", *_slowdown_lines(artifact["slowdown"], artifact["target_of_ideal"], artifact)]
     return "\n".join(lines) + "\n"
+
+
+def _slowdown_lines(run: dict[str, Any], target: float, artifact: dict[str, Any]) -> list[str]:
+    seen, found = run["seen"], run.get("recovery") or {}
+    lines = [
+        "### A worker slowed mid-job",
+        "",
+        f"A second run of the job ({run['report'].get('epochs')} epochs, phase {run['report'].get('phase')}, "
+        f"with its own control run): once its split had settled, node {seen['node']} (rank "
+        f"{found.get('slowed_rank', '?')}) was slowed {seen['factor']:g}x (the test bed's slowdown "
+        f"annotation) while rank 0 ran epoch {seen['slowed_in']}.",
+        "",
+    ]
+    if not found:
+        return [*lines, "- No recovery could be measured in this run (see the artifact)."]
+    back, epochs_back = found.get("back_at_epoch"), found.get("epochs_to_back")
+    goal = artifact.get("target_epochs_back", TARGET_EPOCHS_BACK)
+    verdict = "met" if epochs_back is not None and epochs_back <= goal else "missed"
+    lines += [
+        "| epoch | seconds | share of the new ideal |",
+        "|---|---|---|",
+        *(f"| {e['epoch']} | {e['seconds']:.1f} | {e['of_new_ideal']:.2f} |" for e in found["epochs"]),
+        "",
+        f"- The ideal for the new speeds (the control's measured speeds with rank "
+        f"{found['slowed_rank']}'s divided by {seen['factor']:g}): {found['new_ideal_speedup']:.2f}x the "
+        "control's even split.",
+        f"- The new split ran from epoch {found.get('new_split_from_epoch')}; back within {target:.0%} of "
+        f"the new ideal at epoch {back}: **{epochs_back} epochs** after the one the slowdown began in "
+        f"(target {goal}: {verdict}).",
+        f"- Of those, the metrics' delay: a scrape interval and a rebalancer pass for each of the "
+        f"rebalancer's two looks, about {found.get('metrics_delay_epochs')} of this run's short epochs; the "
+        "rebalancer itself answers at the boundary after half an epoch of confirming steps.",
+    ]
+    return lines
 
 
 def main() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,12 +18,11 @@ from tests.operator.live import account_kubeconfig, chart_service_account
 
 from hetero_operator import metric_names as names
 from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
-from hetero_operator.demo.run import NAMESPACE, DemoSettings, demo_job, progress_lines, run_demo
+from hetero_operator.demo.run import NAMESPACE, DemoSettings, demo_job, run_demo
+from hetero_operator.demo.slowdown import Slowdown, first_epoch_of, metrics_delay_epochs
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.runner import RebalancerTuning
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.prometheus import SCRAPE_INTERVAL_SECONDS
 from hetero_operator.testbed.versions import REPO_ROOT
 
 DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
@@ -267,61 +264,20 @@ def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
     job = copy.deepcopy(demo_job())
     job["metadata"]["name"] = "slowdown"
     job["spec"]["epochs"] = 20
-    seen: dict[str, Any] = {}
-    plans: dict[int, list[int]] = {}
-    annotation = "testbed.heterotrain.io/slowdown"
-
-    def changed_after(status: dict[str, Any], epoch: int) -> dict[str, Any] | None:
-        return next(
-            (
-                r
-                for r in status.get("rebalances") or []
-                if r["reason"].startswith("worker speeds changed") and r["epoch"] > epoch
-            ),
-            None,
-        )
-
-    def watch(state: dict[str, Any]) -> None:
-        status = state.get("status") or {}
-        epoch = int((status.get("progress") or {}).get("epoch") or 0)
-        records = status.get("rebalances") or []
-        plan = status.get("plan") or {}
-        if plan.get("version"):
-            plans[int(plan["version"])] = list(plan.get("localBatches") or [])
-        if "slowed_at" not in seen:
-            settled = records and epoch >= 4 and epoch >= records[-1]["epoch"] + 2
-            if settled:
-                loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}=2", "--overwrite")
-                seen["slowed_at"] = epoch
-                seen["slowed_in"] = len(progress_lines(loop_bed, "slowdown")) + 1  # rank 0's epoch now
-            return
-        if "slowed" not in seen:
-            if (record := changed_after(status, seen["slowed_at"])) is not None:
-                seen["slowed"] = record
-            return
-        if "recovered_at" not in seen and epoch >= seen["slowed"]["epoch"] + 1:
-            loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}-")
-            seen["recovered_at"] = epoch
-            return
-        recovered = changed_after(status, seen["recovered_at"]) if "recovered_at" in seen else None
-        if recovered is not None and "recovered" not in seen:
-            seen["recovered"] = recovered
-
+    slowdown = Slowdown(loop_bed, "slowdown", SLOWED_NODE, factor=2.0)
     try:
-        report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, watch)
+        report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, slowdown)
     finally:
-        loop_bed.kubectl("annotate", "node", SLOWED_NODE, f"{annotation}-", check=False)
+        slowdown.clear()
+    seen, plans = slowdown.seen(), slowdown.plans
     print(f"slowdown: {json.dumps(seen)}")
     assert report["phase"] == "Succeeded"
-    assert "slowed_at" in seen, "the split never settled"
-    assert "slowed" in seen, f"no new split after the slowdown at epoch {seen['slowed_at']}"
-    rows = report["per_epoch"]
-    started = min(r["epoch"] for r in rows if r["plan_version"] >= seen["slowed"]["toVersion"])
-    slowed_epochs = [r["wall_seconds"] for r in rows if seen["slowed_in"] < r["epoch"] < started]
-    metrics_delay = 2 * (SCRAPE_INTERVAL_SECONDS + RebalancerTuning().tick_seconds)  # two looks
-    delay_epochs = math.ceil(metrics_delay / statistics.median(slowed_epochs)) if slowed_epochs else 0
+    assert seen["slowed_in"] is not None, "the split never settled"
+    assert seen["slowed"] is not None, f"no new split after the slowdown at epoch {seen['slowed_at']}"
+    started = first_epoch_of(report["per_epoch"], seen["slowed"]["toVersion"])
+    delay_epochs = metrics_delay_epochs(report["per_epoch"], seen["slowed_in"], started)
     print(f"slowed in epoch {seen['slowed_in']}, new split from epoch {started}, delay {delay_epochs}")
-    assert started <= seen["slowed_in"] + 3 + delay_epochs, (
+    assert started is not None and started <= seen["slowed_in"] + 3 + delay_epochs, (
         f"the slowdown began in epoch {seen['slowed_in']}; the new split started at epoch {started}, "
         f"later than three epochs and the metrics' delay ({delay_epochs} epochs)"
     )
@@ -329,7 +285,7 @@ def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
     assert slowed == pytest.approx((1.0, 2.0), rel=0.2), (
         f"split for 0.5 : 0.5 : 0.25 expected, ratios {slowed}"
     )
-    assert "recovered" in seen, f"no new split after the recovery at epoch {seen.get('recovered_at')}"
+    assert seen["recovered"] is not None, f"no new split after the recovery at epoch {seen['recovered_at']}"
     recovered = _share_ratios(plans[seen["recovered"]["toVersion"]])
     assert recovered == pytest.approx((2.0, 2.0), rel=0.2), (
         f"split for 1 : 0.5 : 0.25 expected, ratios {recovered}"
