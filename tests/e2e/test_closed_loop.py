@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,38 +187,6 @@ def test_rebalancing_tracks_the_speeds_and_speeds_the_job_up(demo_run: DemoRun) 
     assert demo_run.checked, "the dashboards were checked while the job ran"
     assert not demo_run.empty_panels, f"panels without data: {demo_run.empty_panels}"
     assert (demo_run.output / "report.json").exists() and (demo_run.output / "throughput.png").exists()
-
-
-def test_prometheus_outage_keeps_the_plan_and_rebalancing_resumes(
-    loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
-) -> None:
-    job = demo_job()
-    job["metadata"]["name"] = "outage"
-    seen: dict[str, float] = {}
-
-    def outage(state: dict[str, Any]) -> None:
-        status = state.get("status") or {}
-        if "stopped" not in seen and status.get("phase") == "Running":
-            loop_bed.stop_component("prometheus")
-            seen["stopped"] = time.time()
-            return
-        condition = _condition(state, "MetricsAvailable")
-        if "stopped" in seen and "unavailable" not in seen and condition and condition["status"] == "False":
-            seen["unavailable"] = time.time()
-            seen["plan_during_outage"] = (status.get("plan") or {}).get("version", 0)
-            assert condition["reason"] == "PrometheusUnavailable"
-            assert status.get("phase") == "Running", "the job keeps running on its last plan"
-            loop_bed.start_component("prometheus")
-            seen["restarted"] = time.time()
-
-    report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, outage)
-
-    assert report["phase"] == "Succeeded"
-    assert "unavailable" in seen, "the condition said Prometheus was unavailable"
-    assert seen["plan_during_outage"] == 1, "no plan was written without metrics"
-    rebalances = report["status"]["rebalances"]
-    assert rebalances, "rebalancing resumed once Prometheus was back"
-    assert _condition({"status": report["status"]}, "MetricsAvailable")["status"] == "True"  # type: ignore[index]
 
 
 def test_adaptive_total_batch_changes_within_bounds(
