@@ -17,6 +17,7 @@ import argparse
 import copy
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks_md import publish, replace_section
-from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
+from hetero_operator.demo.run import DemoSettings, demo_job, measured_speeds, run_demo
 from hetero_operator.demo.slowdown import Slowdown, recovery, slowed_rank
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.versions import cache_root
@@ -41,6 +42,13 @@ TARGET_EPOCHS_BACK = 2
 SLOWED_NODE = "local-fast"
 SLOWDOWN_FACTOR = 2.0
 SLOWDOWN_EPOCHS = 16
+# Each run calibrates its simulated base device when its workers start, on a machine whose load at
+# that moment varies: the control and the job can pace to bases far apart. The comparison brings the
+# control to the job's base by the ratio of their measured compute speeds, which also scales the
+# per-step costs that do not depend on the base: beyond this much apart it is not trusted, and the
+# pair is run again (the discarded attempts stay in the artifact).
+BASE_TOLERANCE = 0.1
+ATTEMPTS = 3
 
 
 def machine() -> str:
@@ -59,7 +67,17 @@ def _trimmed(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def slowdown_run() -> dict[str, Any]:
+def comparable(report: dict[str, Any]) -> bool:
+    ratio = (report.get("control") or {}).get("base_ratio")
+    return ratio is not None and abs(ratio - 1) <= BASE_TOLERANCE
+
+
+def discarded(report: dict[str, Any]) -> dict[str, Any]:
+    control = report.get("control") or {}
+    return {"base_ratio": control.get("base_ratio"), "of_ideal": control.get("of_ideal")}
+
+
+def slowdown_attempt() -> dict[str, Any]:
     """The demo job with the fast node slowed once its split settled, after its own control run."""
     job = copy.deepcopy(demo_job())
     job["metadata"]["name"] = "slowdown"
@@ -69,26 +87,71 @@ def slowdown_run() -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="closed-loop-slowdown-") as out:
             report = run_demo(DemoSettings(output=Path(out)), Console(stderr=True), bed, job, slowdown)
+        seen = slowdown.seen()
+        version = (seen.get("slowed") or {}).get("toVersion")
+        at = slowdown.under_answer()
+        split = slowdown.plans.get(version, []) if version is not None else []
+        after = measured_speeds(bed.prometheus_url, "slowdown", split, at, version) if split else []
+        seen.update(speeds_after=after, measured_at=at, split_after=split)
     finally:
         slowdown.clear()
         bed.down()
     rank = slowed_rank(report.get("status") or {}, SLOWED_NODE)
-    seen = slowdown.seen()
-    found = recovery(report, seen, rank, TARGET_OF_IDEAL) if rank is not None else {}
+    found = recovery(report, seen, rank, TARGET_OF_IDEAL, after) if rank is not None else {}
     return {"seen": seen, "recovery": found, "report": _trimmed(report)}
 
 
+def slowdown_run() -> dict[str, Any]:
+    tries = []
+    for _ in range(ATTEMPTS):
+        tries.append(slowdown_attempt())
+        if comparable(tries[-1]["report"]):
+            break
+    return {**tries[-1], "discarded": [discarded(t["report"]) for t in tries[:-1]]}
+
+
 def run() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="closed-loop-") as out:
-        report = run_demo(DemoSettings(output=Path(out)), Console(stderr=True))
+    reports = []
+    for _ in range(ATTEMPTS):
+        with tempfile.TemporaryDirectory(prefix="closed-loop-") as out:
+            reports.append(_trimmed(run_demo(DemoSettings(output=Path(out)), Console(stderr=True))))
+        if comparable(reports[-1]):
+            break
     return {
         "machine": machine(),
         "commit": commit(),
         "target_of_ideal": TARGET_OF_IDEAL,
         "target_epochs_back": TARGET_EPOCHS_BACK,
-        "report": _trimmed(report),
+        "base_tolerance": BASE_TOLERANCE,
+        "report": reports[-1],
+        "discarded": [discarded(r) for r in reports[:-1]],
         "slowdown": slowdown_run(),
     }
+
+
+def _scatter_line(found: dict[str, Any], back: int | None) -> list[str]:
+    """The steady share after the recovery, and how much single epochs scatter (their wall times)."""
+    steady = [e for e in found["epochs"] if back is not None and e["epoch"] >= back]
+    if len(steady) < 2:
+        return []
+    seconds = [e["seconds"] for e in steady]
+    scatter = (max(seconds) - min(seconds)) / 2 / statistics.median(seconds)
+    median = statistics.median(e["of_new_ideal"] for e in steady)
+    return [
+        f"- From then on: median {median:.2f} of the new ideal; single epochs scatter by ±{scatter:.1%} "
+        "(their wall times), so an epoch a little above 1 is within that scatter, not above the ideal."
+    ]
+
+
+def _discarded_line(runs: list[dict[str, Any]], tolerance: float) -> list[str]:
+    if not runs:
+        return []
+    ratios = ", ".join(f"{r['base_ratio']:.2f}" for r in runs if r.get("base_ratio") is not None)
+    return [
+        f"- {len(runs)} earlier attempt(s) discarded: the control and the job calibrated their simulated "
+        f"base devices apart by more than {tolerance:.0%} (ratios {ratios}), which the base correction "
+        "cannot bridge (it would scale per-step costs that do not depend on the base)."
+    ]
 
 
 def _batches(row: dict[str, Any]) -> str:
@@ -160,6 +223,9 @@ def render(artifact: dict[str, Any]) -> str:
     control = report.get("control")
     if control:
         lines += _control_lines(control, artifact["target_of_ideal"])
+        lines += _discarded_line(
+            artifact.get("discarded") or [], artifact.get("base_tolerance", BASE_TOLERANCE)
+        )
     else:
         lines.append("- No control run in this artifact.")
     speedup = report.get("speedup_vs_even_epoch")
@@ -181,6 +247,7 @@ def _slowdown_lines(run: dict[str, Any], target: float, artifact: dict[str, Any]
         f"annotation) while rank 0 ran epoch {seen['slowed_in']}.",
         "",
     ]
+    lines += _discarded_line(run.get("discarded") or [], artifact.get("base_tolerance", BASE_TOLERANCE))
     if not found:
         return [*lines, "- No recovery could be measured in this run (see the artifact)."]
     back, epochs_back = found.get("back_at_epoch"), found.get("epochs_to_back")
@@ -191,12 +258,13 @@ def _slowdown_lines(run: dict[str, Any], target: float, artifact: dict[str, Any]
         "|---|---|---|",
         *(f"| {e['epoch']} | {e['seconds']:.1f} | {e['of_new_ideal']:.2f} |" for e in found["epochs"]),
         "",
-        f"- The ideal for the new speeds (the control's measured speeds with rank "
-        f"{found['slowed_rank']}'s divided by {seen['factor']:g}): {found['new_ideal_speedup']:.2f}x the "
-        "control's even split.",
+        f"- The ideal for the new speeds: the control's measured speeds with rank {found['slowed_rank']}'s "
+        f"divided by the slowdown measured in the job ({found['measured_factor']:.2f}x, against the other "
+        f"ranks; {seen['factor']:g}x asked): {found['new_ideal_speedup']:.2f}x the control's even split.",
         f"- The new split ran from epoch {found.get('new_split_from_epoch')}; back within {target:.0%} of "
         f"the new ideal at epoch {back}: **{epochs_back} epochs** after the one the slowdown began in "
         f"(target {goal}: {verdict}).",
+        *_scatter_line(found, back),
         f"- Of those, the metrics' delay: a scrape interval and a rebalancer pass for each of the "
         f"rebalancer's two looks, about {found.get('metrics_delay_epochs')} of this run's short epochs; the "
         "rebalancer itself answers at the boundary after half an epoch of confirming steps.",

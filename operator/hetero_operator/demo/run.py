@@ -143,13 +143,13 @@ def _summary_line(job: dict[str, Any]) -> str:
     )
 
 
-def progress_lines(testbed: Testbed, job: str) -> list[dict[str, Any]]:
-    """What rank 0 printed per epoch, read from the local process node's log of each generation."""
+def progress_lines(testbed: Testbed, job: str, since: float = 0.0) -> list[dict[str, Any]]:
+    """What rank 0 printed per epoch, read from the local process node's log of each generation of
+    the job submitted at `since` (wall-clock seconds): an earlier job of the same name on the same
+    test bed left its pods' directories behind."""
     lines: list[dict[str, Any]] = []
-    pod_dirs = sorted(
-        (testbed.root / "local-pods" / "pods" / NAMESPACE).glob(f"{job}-g*-w0-*"),
-        key=lambda p: p.stat().st_mtime,
-    )
+    pods = (testbed.root / "local-pods" / "pods" / NAMESPACE).glob(f"{job}-g*-w0-*")
+    pod_dirs = sorted((p for p in pods if p.stat().st_mtime >= since), key=lambda p: p.stat().st_mtime)
     for directory in pod_dirs:
         log = directory / "container.log"
         if log.exists():
@@ -189,6 +189,7 @@ def follow(
 ) -> Followed:
     """Submit `job` and show it live until it ends (or the timeout)."""
     name = job["metadata"]["name"]
+    submitted = time.time()
     testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
     plans: dict[int, list[int]] = {}
     started = time.monotonic()
@@ -210,7 +211,7 @@ def follow(
                 break
             time.sleep(1.0)
     middle = running[3 * len(running) // 4] if running else None
-    return Followed(state, plans, epoch_rows(progress_lines(testbed, name), plans), middle)
+    return Followed(state, plans, epoch_rows(progress_lines(testbed, name, submitted), plans), middle)
 
 
 def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
@@ -222,12 +223,14 @@ def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
     return control
 
 
-def measured_speeds(prometheus: str, job: str, split: list[int], at: float | None) -> list[float]:
-    """Each rank's samples per second of compute under the job's first plan, from Prometheus as it
+def measured_speeds(
+    prometheus: str, job: str, split: list[int], at: float | None, version: int = 1
+) -> list[float]:
+    """Each rank's samples per second of compute under plan `version` (`split`), from Prometheus as it
     was at `at` (the job's series go stale once its pods are gone)."""
     if at is None:
         return []
-    query = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, 1))
+    query = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, version))
     params = {"query": query, "time": f"{at:.3f}"}
     body = httpx.get(f"{prometheus}/api/v1/query", params=params, timeout=10).json()
     compute = {int(r["metric"][names.LABEL_RANK]): float(r["value"][1]) for r in body["data"]["result"]}

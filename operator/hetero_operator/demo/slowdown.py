@@ -66,6 +66,9 @@ class Slowdown:
     recovered_at: int | None = None
     recovered: dict[str, Any] | None = None
     plans: dict[int, list[int]] = field(default_factory=dict)  # local batches by plan version
+    last_running: float | None = None  # wall-clock seconds of the last look at the job Running
+    answered_time: float | None = None  # wall-clock seconds when the answer was first seen
+    since: float = field(default_factory=time.time)  # made before the job is submitted
 
     def __call__(self, state: dict[str, Any]) -> None:
         status = state.get("status") or {}
@@ -73,16 +76,19 @@ class Slowdown:
         plan = status.get("plan") or {}
         if plan.get("version"):
             self.plans[int(plan["version"])] = list(plan.get("localBatches") or [])
+        if status.get("phase") == "Running":
+            self.last_running = time.time()
         if self.slowed_at is None:
             records = status.get("rebalances") or []
             settled = records and epoch >= records[-1]["epoch"] + self.settle_epochs
             if settled and epoch >= 2 * self.settle_epochs:
                 self._annotate(f"{SLOWDOWN_ANNOTATION}={self.factor:g}", "--overwrite")
                 self.slowed_at, self.slowed_time = epoch, time.time()
-                self.slowed_in = len(progress_lines(self.testbed, self.job)) + 1
+                self.slowed_in = len(progress_lines(self.testbed, self.job, self.since)) + 1
             return
         if self.slowed is None:
             self.slowed = answer_after(status, self.slowed_at)
+            self.answered_time = time.time() if self.slowed is not None else None
             return
         if not self.restore:
             return
@@ -92,6 +98,13 @@ class Slowdown:
             return
         if self.recovered_at is not None and self.recovered is None:
             self.recovered = answer_after(status, self.recovered_at)
+
+    def under_answer(self) -> float | None:
+        """A moment well inside the run of the plan that answered the slowdown (its series end when the
+        workers do, which the job's status shows only later)."""
+        if self.answered_time is None or self.last_running is None:
+            return None
+        return (self.answered_time + self.last_running) / 2
 
     def clear(self) -> None:
         self._annotate(f"{SLOWDOWN_ANNOTATION}-", check=False)
@@ -116,34 +129,53 @@ def slowed_rank(status: Mapping[str, Any], node: str) -> int | None:
     return next((int(w["rank"]) for w in workers if w.get("node") == node), None)
 
 
-def recovery(report: Mapping[str, Any], seen: Mapping[str, Any], rank: int, target: float) -> dict[str, Any]:
+def slowdown_factor(before: Sequence[float], after: Sequence[float], rank: int) -> float | None:
+    """How much slower `rank` ran after the slowdown, measured against the other ranks of the same
+    runs (their speeds did not change, so the run's simulated base cancels): the mean over them of
+    (rank / other before) over (rank / other after)."""
+    others = [r for r in range(len(before)) if r != rank]
+    if len(before) != len(after) or rank >= len(before) or not others or min([*before, *after]) <= 0:
+        return None
+    return statistics.mean((before[rank] / before[r]) / (after[rank] / after[r]) for r in others)
+
+
+def recovery(
+    report: Mapping[str, Any], seen: Mapping[str, Any], rank: int, target: float, after: Sequence[float]
+) -> dict[str, Any]:
     """How the job came back after the slowdown, against the ideal of the new speeds: the speeds
-    measured under the control run with the slowed rank's divided by the slowdown factor (the
-    slowest rank, which sets the control's pace, is another one, so the control's pace still holds).
-    Per epoch from the one the slowdown began in: samples/s over the control's, over that ideal."""
+    measured under the control run with the slowed rank's divided by the slowdown measured in the
+    job (its own speeds under its first plan against those under the plan that answered the
+    slowdown, `after`). The slowest rank, which sets the control's pace, must be another one, so that
+    the control's pace still holds. Per epoch from the one the slowdown began in: samples/s over the
+    control's, over that ideal."""
     control = report.get("control") or {}
     speeds = list(control.get("measured_speeds") or [])
     slowed_in = seen.get("slowed_in")
-    if not speeds or slowed_in is None or rank >= len(speeds) or not control.get("speedup_per_epoch"):
+    factor = slowdown_factor(control.get("own_speeds") or [], after, rank)
+    if not speeds or slowed_in is None or rank >= len(speeds) or factor is None:
         return {}
-    new_speeds = [v / float(seen["factor"]) if r == rank else v for r, v in enumerate(speeds)]
+    if not control.get("speedup_per_epoch"):
+        return {}
+    new_speeds = [v / factor if r == rank else v for r, v in enumerate(speeds)]
     if min(new_speeds) < min(speeds):
         return {}  # the slowed rank became the slowest: the control's pace no longer holds
     ideal = sum(new_speeds) / (len(new_speeds) * min(new_speeds))
     rows = report["per_epoch"]
-    after = [
+    epochs = [
         {"epoch": int(row["epoch"]), "seconds": float(row["wall_seconds"]), "of_new_ideal": x / ideal}
         for row, x in zip(rows, control["speedup_per_epoch"], strict=True)
         if x is not None and int(row["epoch"]) >= slowed_in
     ]
-    back = next((e["epoch"] for e in after if e["epoch"] > slowed_in and e["of_new_ideal"] >= target), None)
+    back = next((e["epoch"] for e in epochs if e["epoch"] > slowed_in and e["of_new_ideal"] >= target), None)
     answer = seen.get("slowed") or {}
     started = first_epoch_of(rows, int(answer["toVersion"])) if answer else None
     return {
         "slowed_rank": rank,
+        "measured_factor": factor,
+        "speeds_after": list(after),
         "new_ideal_speedup": ideal,
         "new_split_from_epoch": started,
-        "epochs": after,
+        "epochs": epochs,
         "back_at_epoch": back,
         "epochs_to_back": None if back is None else back - slowed_in,
         "metrics_delay_epochs": metrics_delay_epochs(rows, slowed_in, started),
