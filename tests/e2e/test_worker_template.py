@@ -6,7 +6,6 @@ annotation beside everything the operator sets."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,9 @@ from tests.operator.live import Jobs, OperatorProcess, jobs_in
 from hetero_operator import plan as contract
 from hetero_operator.controller import names
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
-from hetero_operator.testbed.versions import REPO_ROOT
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 MOTD = "checkpoints go to the shared claim\n"
 # What each worker prints: what it sees of the template, and the operator's own variables.
 REPORT = f"""
@@ -34,15 +30,10 @@ print("REPORT " + json.dumps(report))
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """This module's own test bed: three local process nodes, which run their pods as processes."""
-    bed = Testbed(tmp_path_factory.mktemp("template-bed"))
-    try:
-        bed.up(load_node_list(DEMO_NODES))
-        bed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
-        yield bed
-    finally:
-        bed.down()
+def testbed(bed: Testbed) -> Testbed:
+    """This module's own test bed (the e2e modules' `bed`): three local process nodes, which run their
+    pods as processes; named `testbed` so that the shared `namespace` fixture makes its namespace here."""
+    return bed
 
 
 def config_map(name: str, data: dict[str, str]) -> dict[str, Any]:

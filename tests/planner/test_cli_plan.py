@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from hetero_operator.cli import app
+from hetero_operator.cli import build_app
 
 runner = CliRunner()
+app = build_app()
 
 BATCH: dict[str, Any] = {
     "global_batch": 150,

@@ -55,9 +55,3 @@ def main() -> None:
         operator_app()()
     else:
         build_app()()
-
-
-def __getattr__(name: str) -> typer.Typer:
-    if name == "app":  # `from hetero_operator.cli import app`: the whole command line
-        return build_app()
-    raise AttributeError(name)

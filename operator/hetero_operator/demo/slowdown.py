@@ -14,11 +14,11 @@ from typing import Any
 
 from hetero_operator.demo.run import progress_lines
 from hetero_operator.rebalance.runner import RebalancerTuning
+from hetero_operator.rebalance.watch import SPEED_CHANGED
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.local_pods import SLOWDOWN_ANNOTATION
 from hetero_operator.testbed.prometheus import SCRAPE_INTERVAL_SECONDS
 
-SPEED_CHANGED = "worker speeds changed"
 # A change reaches the rebalancer a scrape interval and a pass after it happened, at each of its two
 # looks (the epoch that shows it, the steps that confirm it).
 METRICS_DELAY_SECONDS = 2 * (SCRAPE_INTERVAL_SECONDS + RebalancerTuning().tick_seconds)
@@ -61,7 +61,6 @@ class Slowdown:
     settle_epochs: int = 2  # epochs on one split, after the last rebalance, before the slowdown
     slowed_at: int | None = None  # the job's status epoch when the node was slowed
     slowed_in: int | None = None  # the epoch rank 0 was running then (its own log)
-    slowed_time: float | None = None  # wall-clock seconds
     slowed: dict[str, Any] | None = None  # the rebalance record that answered it
     recovered_at: int | None = None
     recovered: dict[str, Any] | None = None
@@ -83,7 +82,7 @@ class Slowdown:
             settled = records and epoch >= records[-1]["epoch"] + self.settle_epochs
             if settled and epoch >= 2 * self.settle_epochs:
                 self._annotate(f"{SLOWDOWN_ANNOTATION}={self.factor:g}", "--overwrite")
-                self.slowed_at, self.slowed_time = epoch, time.time()
+                self.slowed_at = epoch
                 self.slowed_in = len(progress_lines(self.testbed, self.job, self.since)) + 1
             return
         if self.slowed is None:
@@ -154,7 +153,7 @@ def recovery(
     factor = slowdown_factor(control.get("own_speeds") or [], after, rank)
     if not speeds or slowed_in is None or rank >= len(speeds) or factor is None:
         return {}
-    if not control.get("speedup_per_epoch"):
+    if not control.get("speedup_per_epoch"):  # no comparable control run
         return {}
     new_speeds = [v / factor if r == rank else v for r, v in enumerate(speeds)]
     if min(new_speeds) < min(speeds):

@@ -106,8 +106,7 @@ class JobMemory:
     baselines: dict[int, dict[int, float]] = field(default_factory=dict)
     # A change seen in one window only: it may have begun inside it, so the next window decides,
     # once it has this many steps (by plan version).
-    suspected: dict[int, dict[int, float]] = field(default_factory=dict)
-    confirm_steps: dict[int, int] = field(default_factory=dict)
+    suspected: dict[int, int] = field(default_factory=dict)
     # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
     history_from: int = 0
 
@@ -239,9 +238,8 @@ class Rebalancer:
             return None  # the outage is reported by the snapshot's pass
         before = memory.totals.get(plan.version)
         recent = window(before, totals, plan.version, epoch) if before is not None else None
-        suspected = memory.suspected.get(plan.version)
-        needed = memory.confirm_steps.get(plan.version, 0) if suspected else 0
-        if suspected and (recent is None or min(w.steps for w in recent.workers) < needed):
+        needed = memory.suspected.get(plan.version)
+        if needed is not None and (recent is None or min(w.steps for w in recent.workers) < needed):
             return None  # the confirming window goes on from the same look
         memory.totals[plan.version] = totals
         memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
@@ -249,10 +247,9 @@ class Rebalancer:
             return None
         speeds = per_sample_seconds(recent, plan)
         baseline = memory.baselines.get(plan.version, {})
-        if not suspected:
-            if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
-                memory.suspected[plan.version] = suspect
-                memory.confirm_steps[plan.version] = confirming_steps(recent, self.settings.min_steps)
+        if needed is None:
+            if changed_speeds(baseline, speeds, SUSPECT_CHANGE):
+                memory.suspected[plan.version] = confirming_steps(recent, self.settings.min_steps)
             return None
         memory.suspected.pop(plan.version, None)
         changed = changed_speeds(baseline, speeds)

@@ -19,6 +19,7 @@ SPEED_CHANGE = 0.2
 # the steps after the window confirm it (or not) at the full threshold.
 SUSPECT_CHANGE = SPEED_CHANGE / 2
 PARTS = ("compute", "sync_start", "comm", "step")
+SPEED_CHANGED = "worker speeds changed"  # how a decision reopened by a change of speed begins
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def changed_speeds(
 
 def describe(changed: Mapping[int, float]) -> str:
     """'rank 2 at 0.51x its speed, rank 0 at 1.3x': for the decision's reason."""
-    return "worker speeds changed: " + ", ".join(
+    return f"{SPEED_CHANGED}: " + ", ".join(
         f"rank {rank} at {ratio:.2g}x its speed" for rank, ratio in sorted(changed.items())
     )
 
