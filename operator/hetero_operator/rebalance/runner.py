@@ -36,11 +36,11 @@ from hetero_operator.rebalance.measurements import (
 from hetero_operator.rebalance.watch import (
     SUSPECT_CHANGE,
     Totals,
-    changed_since_same_split,
     changed_speeds,
     confirming_steps,
     describe,
     per_sample_seconds,
+    same_split_before,
     window,
 )
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
@@ -197,10 +197,12 @@ class Rebalancer:
         history = await self._history(job, memory)
         if memory.converged:  # the split went back to one that measured better: keep it, and watch it
             memory.last_decided_version = plan.version
-            changed = changed_since_same_split(memory.plans, memory.measured, plan, measured)
-            if changed:  # unless it measured worse because a worker's speed changed in between
-                return await self._reopen(job, state, plan, measured, changed, epoch, memory)
             await self._start_watching(job, plan, measured, memory, epoch)
+            # Watched against its speeds when it last ran: it may have measured worse than this split
+            # because a worker's speed changed in between (a round that may straddle that change is
+            # no baseline; the watch's own windows judge it).
+            if (earlier := same_split_before(memory.plans, memory.measured, plan)) is not None:
+                memory.baselines[plan.version] = per_sample_seconds(earlier[1], earlier[0])
             return None
         decision = self._decide(job, plan, measured, history, memory)
         memory.last_decided_version = plan.version
@@ -275,8 +277,6 @@ class Rebalancer:
         decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
         if decision.plan is not None:
             memory.last_decided_version = plan.version
-        elif plan.version not in memory.totals:  # keep the split and watch it from here
-            await self._start_watching(job, plan, recent, memory, epoch)
         memory.baselines[plan.version] = per_sample_seconds(recent, plan)  # one change reopens it once
         await self._publish(job, state.status, plan, decision)
         return decision

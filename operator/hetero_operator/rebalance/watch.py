@@ -100,15 +100,3 @@ def same_split_before(
         if earlier.local_batches == plan.local_batches and earlier.global_batch == plan.global_batch:
             return earlier, measured[version]
     return None
-
-
-def changed_since_same_split(
-    plans: Mapping[int, Plan], measured: Mapping[int, JobMeasurements], plan: Plan, now: JobMeasurements
-) -> dict[int, float]:
-    """Ranks whose speed changed since the split was last run: a split gone back to because the
-    split between measured worse may have measured worse because a worker's speed changed meanwhile
-    (the one comparison of one split with itself that is sound: same batches, same fixed costs)."""
-    before = same_split_before(plans, measured, plan)
-    if before is None:
-        return {}
-    return changed_speeds(per_sample_seconds(before[1], before[0]), per_sample_seconds(now, plan))
