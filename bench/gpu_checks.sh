@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs an NVIDIA GPU, in one go: tests/gpu, then the real-hardware runtime benchmark
-# (one GPU worker beside CPU workers of different thread counts) at two global batches, then the
-# simulated-speed benchmark undilated on this machine's cores. Run from the repository root with a
+# (one GPU worker beside CPU workers of different thread counts) at three sizes; with WITH_SIMULATED=1
+# also the simulated-speed benchmark undilated on this machine's cores. Run from the repository root with a
 # Python whose torch has CUDA; logs and JSON artifacts go to OUTDIR (copy the artifacts you cite into
 # bench/results/).
 #
@@ -33,8 +33,14 @@ stage() { # name, seconds, command...
 # tests/gpu alone: the suite's root conftest starts the test bed, which a GPU machine need not have.
 xdist=()
 "$py" -c 'import xdist' 2>/dev/null && xdist=(-n 4)
-stage gpu-tests 200 "$py" -m pytest --confcutdir=tests/gpu tests/gpu -p no:cacheprovider -rA "${xdist[@]}" "$@"
-stage real-hetero-1024 80 "$py" bench/runtime_real_hetero.py --out "$out/runtime_real_hetero-gpu.json"
-stage real-hetero-8192 100 "$py" bench/runtime_real_hetero.py --global-batch 8192 \
-  --out "$out/runtime_real_hetero-gpu-b8192.json"
-stage balance-undilated 80 "$py" bench/runtime_balance.py --out "$out/runtime_balance-undilated-gpu-host.json"
+stage gpu-tests 150 "$py" -m pytest --confcutdir=tests/gpu tests/gpu -p no:cacheprovider -rA "${xdist[@]}" "$@"
+# The fixed part of a step (the all-reduce, the launch) weighs less on longer steps: three sizes.
+stage real-hetero-b8192 120 "$py" bench/runtime_real_hetero.py --global-batch 8192 --length 512 \
+  --steps 20 --even-steps 5 --out "$out/runtime_real_hetero-gpu-b8192-l512.json"
+stage real-hetero-b32768 150 "$py" bench/runtime_real_hetero.py --global-batch 32768 --length 512 \
+  --steps 10 --even-steps 3 --out "$out/runtime_real_hetero-gpu-b32768-l512.json"
+stage real-hetero-b1024 60 "$py" bench/runtime_real_hetero.py --out "$out/runtime_real_hetero-gpu.json"
+# The simulated-speed benchmark needs many cores, not the GPU: only when asked for.
+if [[ -n "${WITH_SIMULATED:-}" ]]; then
+  stage balance-undilated 80 "$py" bench/runtime_balance.py --out "$out/runtime_balance-undilated-gpu-host.json"
+fi

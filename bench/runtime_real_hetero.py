@@ -7,9 +7,12 @@ really differ, even split against a split proportional to each device's solo spe
 - A smaller machine can only run equal single-thread workers (`--allow-small-host`): that exercises
   the code path and measures the strategy's overhead, but shows no heterogeneity, and says so.
 
-Phases: solo at the even share (each worker alone), the split proportional to those speeds, solo
-again at each worker's share of that split (the speed it will train at: a GPU is faster per sample on
-larger batches), even (A), balanced (B), even again (A). Efficiency = B's samples/s ÷ Σ solo speeds.
+Phases: each worker alone on a few samples, the split proportional to those speeds, refined twice
+from the speeds each worker shows with all of them running (as the rebalancer refines it between
+epochs), solo again at each worker's share of that split (the speed it will train at: a GPU is faster
+per sample on larger batches), even (A), balanced (B), even again (A). Efficiency = B's samples/s ÷
+Σ solo speeds. A GPU worker's dataset is pinned once and each batch is copied one step ahead, beside
+the compute, as the runtime's loaders do.
 
 The step's fixed part (the gradients' all-reduce, staged through host memory for the GPU under gloo,
 and the launch of the step) is the same whatever the split, so a small model on a fast GPU is bound by
@@ -17,7 +20,7 @@ it; `--length` makes each sample more work for the same gradient size, and `sync
 part of the balanced step that no split can remove.
 
     python bench/runtime_real_hetero.py [--quick] [--global-batch N] [--length L] [--steps N]
-                                        [--allow-small-host] [--out FILE]
+                                        [--even-steps N] [--allow-small-host] [--out FILE]
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ MAX_WORKERS = 3
 # A GPU worker's cores: one drives the GPU, one serves the collective's transfers (staged through host
 # memory under gloo), as a pod for a GPU would request.
 GPU_WORKER_CORES = 2
+# The first split comes from each worker alone on this many samples; it is then refined this many
+# times from the workers' speeds with all of them running (short phases of REFINE_STEPS steps).
+PROBE_BATCH = 512
+REFINE_ROUNDS = 2
+REFINE_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--global-batch", type=int, default=1024)
     parser.add_argument("--length", type=int, default=64, help="sequence length: compute per sample")
-    parser.add_argument("--steps", type=int, help="steps per phase (default 30, 10 with --quick)")
+    parser.add_argument("--steps", type=int, help="steps of the balanced phase (default 30, 10 with --quick)")
+    parser.add_argument(
+        "--even-steps", type=int, help="steps of each even phase, whose steps are long (default: --steps)"
+    )
     parser.add_argument(
         "--allow-small-host", action="store_true", help="equal workers on a host with < 4 cores"
     )
@@ -177,12 +188,17 @@ def main() -> None:
     plans = plan_workers(len(gpus), sorted(os.sched_getaffinity(0)), args.allow_small_host)
     started, load_before = time.monotonic(), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
+        steps = args.steps or (10 if args.quick else 30)
         config = {
             "global_batch": args.global_batch,
             "channels": 32,
             "length": args.length,
-            "steps": args.steps or (10 if args.quick else 30),
+            "steps": steps,
+            "even_steps": args.even_steps or steps,
             "solo_steps": 5 if args.quick else 10,
+            "probe_batch": PROBE_BATCH,
+            "refine_rounds": REFINE_ROUNDS,
+            "refine_steps": REFINE_STEPS,
             "workers": [asdict(p) for p in plans],
             "out": str(Path(tmp) / "result.json"),
         }

@@ -3,9 +3,11 @@ no simulated speed; every tensor on that device, batches copied from pinned memo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from torch.nn import functional
 
 from bench_workers import gather, join_gloo, seeded_model, step_means, worker_entry
 from hetero_runtime.device import to_device
+from hetero_runtime.prefetch import staged
 from hetero_runtime.strategies.data import synchronize_gradients
 from runtime_balance_worker import conv_net, phase_report
 from runtime_real_hetero import proportional
@@ -39,21 +42,33 @@ class RealWorker:
         self.global_batch = config["global_batch"]
         self.data = torch.randn(self.global_batch, 8, config["length"])
         self.labels = torch.randint(0, 10, (self.global_batch,))
+        self.pin = self.device.type == "cuda"
+        if self.pin:
+            # An in-memory dataset a GPU trains on is pinned once (a DataLoader's pin thread does it off
+            # the step): each step then only copies, one step ahead, beside the compute.
+            self.data, self.labels = self.data.pin_memory(), self.labels.pin_memory()
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def compute(self, b: int) -> tuple[float, float]:
-        """Forward and backward of `b` samples on this device: (loss, seconds)."""
+    def batches(self, b: int, steps: int) -> Iterator[Any]:
+        """`steps` batches of `b` samples on this device, each copied while the step before computes."""
+        return staged(
+            itertools.repeat(b, steps),
+            lambda n: to_device((self.data[:n], self.labels[:n]), self.device, self.pin) if n else None,
+            self.device,
+        )
+
+    def compute(self, batches: Iterator[Any]) -> tuple[float, float]:
+        """Forward and backward of the next batch on this device: (loss, seconds, its fetch included)."""
         started = time.perf_counter()
+        batch = next(batches)
         for p in self.params:
             p.grad = None
         loss = 0.0
-        if b > 0:
-            inputs, labels = to_device(
-                (self.data[:b], self.labels[:b]), self.device, self.device.type == "cuda"
-            )
+        if batch is not None:
+            inputs, labels = batch
             out = functional.cross_entropy(self.model(inputs), labels)
             out.backward()
             loss = float(out.detach())
@@ -63,10 +78,11 @@ class RealWorker:
     def warm_up(self, b: int, seconds: float = 1.0) -> None:
         """Steps for a second before timing: a GPU idle between phases runs at a low clock until it has
         been busy a while, and its first steps at a new shape pay for kernel selection."""
+        batches = self.batches(b, 1 << 30)
         deadline = time.perf_counter() + seconds
-        self.compute(b)
+        self.compute(batches)
         while time.perf_counter() < deadline:
-            self.compute(b)
+            self.compute(batches)
 
     def in_turns(self, b: int, steps: int) -> dict[str, float]:
         """Each worker alone, one after the other: its compute speed at `b` samples."""
@@ -75,7 +91,8 @@ class RealWorker:
             dist.barrier()
             if self.rank == turn:
                 self.warm_up(b)
-                times = [self.compute(b)[1] for _ in range(steps)]
+                batches = self.batches(b, steps)
+                times = [self.compute(batches)[1] for _ in range(steps)]
                 mine = {"local_batch": b, "compute_s": float(np.median(times))}
         dist.barrier()
         return mine
@@ -83,11 +100,12 @@ class RealWorker:
     def phase(self, split: list[int], steps: int) -> dict[str, Any]:
         computes, syncs, comms, step_times = [], [], [], []
         b = split[self.rank]
+        batches = self.batches(b, steps)
         dist.barrier()
         started = time.perf_counter()
         for _ in range(steps):
             step_start = time.perf_counter()
-            loss, compute = self.compute(b)
+            loss, compute = self.compute(batches)
             sync = time.perf_counter()
             synchronize_gradients(self.params, b, self.global_batch, loss, self.rank, self.world)
             self.sync()
@@ -110,19 +128,37 @@ class RealWorker:
 
 def worker_main(config: dict[str, Any]) -> None:
     worker = RealWorker(config)
-    world, total, steps, solo_steps = worker.world, worker.global_batch, config["steps"], config["solo_steps"]
+    world, total, rank = worker.world, worker.global_batch, worker.rank
     even = [total // world + (1 if r < total % world else 0) for r in range(world)]
-    first_solo = worker.gather(worker.in_turns(even[worker.rank], solo_steps))
-    speeds = [s["local_batch"] / s["compute_s"] for s in first_solo]
-    balanced = proportional(total, speeds)
-    solo = worker.gather(worker.in_turns(balanced[worker.rank], solo_steps))
-    worker.warm_up(even[worker.rank])
-    worker.phase(even, 2)  # warm-up of the collective
+    # A first guess from each worker alone on a few samples, then the split refined from what each
+    # worker does with all of them running, as the rebalancer refines it between epochs: a GPU beside
+    # busy CPU workers, and a CPU worker on a small share (in cache), differ from their solo guesses.
+    probe = min(even[rank], config["probe_batch"])
+    first_solo = worker.gather(worker.in_turns(probe, config["solo_steps"]))
+    split = proportional(total, [s["local_batch"] / s["compute_s"] for s in first_solo])
+    refined = []
+    for _ in range(config["refine_rounds"]):
+        worker.warm_up(split[rank])
+        round_ = phase_report(
+            split, config["refine_steps"], total, worker.gather(worker.phase(split, config["refine_steps"]))
+        )
+        refined.append(round_)
+        seconds = [ms / 1e3 for ms in round_["worker_compute_ms"]]
+        split = proportional(total, [b / t for b, t in zip(split, seconds, strict=True)])
+    balanced = split
+    solo = worker.gather(worker.in_turns(balanced[rank], config["solo_steps"]))
+    worker.warm_up(balanced[rank])
+    worker.phase(balanced, 2)  # warm-up of the collective
     phases = {}
-    for name, split in (("even", even), ("balanced", balanced), ("even_again", even)):
+    for name, split, steps in (
+        ("even", even, config["even_steps"]),
+        ("balanced", balanced, config["steps"]),
+        ("even_again", even, config["even_steps"]),
+    ):
         phases[name] = phase_report(split, steps, total, worker.gather(worker.phase(split, steps)))
-    if worker.rank == 0:
-        Path(config["out"]).write_text(json.dumps({"first_solo": first_solo, "solo": solo, **phases}))
+    if rank == 0:
+        record = {"first_solo": first_solo, "refined": refined, "solo": solo, **phases}
+        Path(config["out"]).write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -4,7 +4,7 @@ host memory when the device is a GPU, so the copy overlaps the compute."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,21 +63,31 @@ def place_worker(env: WorkerEnv) -> Placement:
     return Placement(device, choose_backend(env.backend, device.type))
 
 
-def to_device(batch: Any, device: torch.device, pin: bool) -> Any:
-    """A collated batch (tensors, possibly nested in tuples, lists or dicts) moved to `device`; from
-    pinned memory, without blocking, when the device is a GPU."""
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`batch` with `fn` applied to every tensor in it, nested in tuples, lists or dicts."""
     if isinstance(batch, torch.Tensor):
-        if batch.device == device:
-            return batch
-        if pin and batch.device.type == "cpu":
-            return batch.pin_memory().to(device, non_blocking=True)
-        return batch.to(device)
+        return fn(batch)
     if isinstance(batch, Mapping):
-        return {key: to_device(value, device, pin) for key, value in batch.items()}
+        return {key: map_tensors(value, fn) for key, value in batch.items()}
     if isinstance(batch, Sequence) and not isinstance(batch, str):
-        moved = [to_device(value, device, pin) for value in batch]
+        moved = [map_tensors(value, fn) for value in batch]
         return tuple(moved) if isinstance(batch, tuple) else moved
     return batch
+
+
+def to_device(batch: Any, device: torch.device, pin: bool) -> Any:
+    """A collated batch moved to `device`; from pinned memory, without blocking, when the device is a
+    GPU (a batch the loader pinned already is not copied again)."""
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == device:
+            return tensor
+        if pin and tensor.device.type == "cpu":
+            source = tensor if tensor.is_pinned() else tensor.pin_memory()
+            return source.to(device, non_blocking=True)
+        return tensor.to(device)
+
+    return map_tensors(batch, move)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,6 +20,7 @@ from torch import nn
 from hetero_operator.plan import Plan
 from hetero_runtime.gns import NoiseTracker, estimate_noise
 from hetero_runtime.metrics import StepRecord
+from hetero_runtime.prefetch import staged
 from hetero_runtime.sampler import SamplerPosition
 from hetero_runtime.strategies.base import (
     EpochStats,
@@ -100,14 +100,14 @@ class DataStrategy:
     def calibrate(self, plan: Plan) -> dict[str, float]:
         return calibrate_step(self.ctx, plan.global_batch // plan.world_size)
 
-    def _compute(self, indices: np.ndarray, local_batch: int) -> float:
+    def _compute(self, batch: Any) -> float:
         """Forward and backward of this rank's samples (scaled under fp16); the unscaled mean loss."""
         ctx = self.ctx
         for p in self.params:
             p.grad = None
-        if local_batch == 0:
+        if batch is None:
             return 0.0
-        loss = forward_loss(ctx.model, ctx.loss_fn, ctx.batch(indices), ctx.amp)
+        loss = forward_loss(ctx.model, ctx.loss_fn, batch, ctx.amp)
         ctx.amp.backward(loss)
         return float(loss.detach())
 
@@ -117,11 +117,21 @@ class DataStrategy:
         totals = StepTotals()
         started = time.perf_counter()
         stopped_at = None
-        for step in ctx.sampler.epoch(position, plan.local_batches):
+        steps = staged(
+            ctx.sampler.epoch(position, plan.local_batches),
+            lambda step: (step, ctx.batch(step.indices) if step.sizes[ctx.rank] else None),
+            ctx.device,
+        )
+        while True:
+            # Fetching is part of the step: a rank slow to load its data is slow.
             t0 = time.perf_counter()
             watch = ctx.simulator.begin()
+            fetched = next(steps, None)
+            if fetched is None:
+                break
+            step, batch = fetched
             local_batch = step.sizes[ctx.rank]
-            local_loss = self._compute(step.indices, local_batch)
+            local_loss = self._compute(batch)
             synchronize(ctx.device)
             compute = ctx.simulator.finish(watch, ctx.full_speed_seconds("step", local_batch))
             sync_start = time.perf_counter()

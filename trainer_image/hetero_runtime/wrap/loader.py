@@ -4,7 +4,8 @@ It takes the place of a DistributedSampler and a DataLoader. `batch_size` is the
 split over the ranks by the plan in force at the start of each epoch (evenly until a plan arrives);
 the order of an epoch depends only on (seed, epoch), so every rank agrees on it and a position
 (epoch, samples consumed) survives a restart under another plan. Collation, worker processes and
-pinned memory are PyTorch's own DataLoader's, fed with this rank's indices.
+pinned memory are PyTorch's own DataLoader's, fed with this rank's indices; on a GPU the next batch is
+copied while this one computes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, default_collate
 from hetero_operator.plan import Plan, Strategy
 from hetero_runtime.device import to_device
 from hetero_runtime.metrics import StepRecord
+from hetero_runtime.prefetch import staged
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler, step_sizes
 from hetero_runtime.trainer import default_plan
 from hetero_runtime.wrap.refusals import dataset_refusal, is_stream
@@ -147,7 +149,11 @@ class HeteroDataLoader:
         session.metrics.set_epoch(epoch)
         started, samples, steps = time.perf_counter(), 0, 0
         rank = session.rank
-        for sizes, batch in self._batches(plan.local_batches):
+        steps_ahead = self._batches(plan.local_batches)
+        if self.move_to_device:
+            device, pin = session.device, self.pin_memory
+            steps_ahead = staged(steps_ahead, lambda step: (step[0], to_device(step[1], device, pin)), device)
+        for sizes, batch in steps_ahead:
             self._finish_step()
             session.step = StepShare(sizes[rank], sizes)
             session.step_started = session.simulator.begin()
@@ -156,7 +162,7 @@ class HeteroDataLoader:
             self.position = SamplerPosition(epoch, self.position.consumed + sum(sizes))
             samples += sizes[rank]
             steps += 1
-            yield to_device(batch, session.device, self.pin_memory) if self.move_to_device else batch
+            yield batch
         self._finish_step()
         session.step = session.step_started = None
         averaging = session.step_averaging()
