@@ -122,6 +122,20 @@ class RealWorker:
             "overrun_share": 0.0,
         }
 
+    def sync_alone(self, split: list[int], repeats: int) -> float:
+        """The gradient all-reduce with no compute before it (all ranks ready at once): the median
+        milliseconds of the part of a step no split can remove."""
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            started = time.perf_counter()
+            synchronize_gradients(
+                self.params, split[self.rank], self.global_batch, 0.0, self.rank, self.world
+            )
+            self.sync()
+            times.append(time.perf_counter() - started)
+        return float(np.median(times)) * 1e3
+
     def gather(self, value: Any) -> list[Any]:
         return gather(value, self.world)
 
@@ -139,11 +153,12 @@ def worker_main(config: dict[str, Any]) -> None:
     refined = []
     for _ in range(config["refine_rounds"]):
         worker.warm_up(split[rank])
-        round_ = phase_report(
-            split, config["refine_steps"], total, worker.gather(worker.phase(split, config["refine_steps"]))
-        )
-        refined.append(round_)
-        seconds = [ms / 1e3 for ms in round_["worker_compute_ms"]]
+        means = worker.gather(worker.phase(split, config["refine_steps"]))
+        refined.append(phase_report(split, config["refine_steps"], total, means))
+        # A worker's step time at a high quantile, not its mean: the step waits for the slowest rank,
+        # so a worker that stalls now and then (a CPU worker beside the others) is given the share it
+        # finishes in time nearly every step. It costs little where that worker adds little.
+        seconds = [float(np.quantile(m["computes"], config["speed_quantile"])) for m in means]
         split = proportional(total, [b / t for b, t in zip(split, seconds, strict=True)])
     balanced = split
     solo = worker.gather(worker.in_turns(balanced[rank], config["solo_steps"]))
@@ -156,8 +171,15 @@ def worker_main(config: dict[str, Any]) -> None:
         ("even_again", even, config["even_steps"]),
     ):
         phases[name] = phase_report(split, steps, total, worker.gather(worker.phase(split, steps)))
+    sync_alone = worker.gather(worker.sync_alone(balanced, config["steps"]))
     if rank == 0:
-        record = {"first_solo": first_solo, "refined": refined, "solo": solo, **phases}
+        record = {
+            "first_solo": first_solo,
+            "refined": refined,
+            "solo": solo,
+            **phases,
+            "sync_alone_ms": sync_alone,
+        }
         Path(config["out"]).write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()

@@ -108,7 +108,9 @@ def real_row(run: dict[str, Any]) -> str:
         f"{run['speedup_vs_even']:.2f}",
         f"{run['ideal_speedup']:.2f}",
         f"{run['efficiency']:.3f}",
+        f"{run['of_fastest_alone']:.3f}" if "of_fastest_alone" in run else "-",
         f"{run['sync_share']:.1%}" if "sync_share" in run else "-",
+        " / ".join(f"{ms:.1f}" for ms in run["sync_alone_ms"]) if "sync_alone_ms" in run else "-",
         run["verdict"],
         f"[json]({run['artifact'].removeprefix('bench/')})",
     ]
@@ -118,8 +120,8 @@ def real_row(run: dict[str, Any]) -> str:
 REAL_HEAD = (
     "| Machine | Workers | Batch × length | Solo samples/s | Even samples/s (A / A again) "
     "| Balanced samples/s | Balanced split | Speed-up | Ideal speed-up | Efficiency (÷ Σ solo) "
-    "| Sync share | Verdict | Artifact |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| ÷ fastest alone | Sync share | All-reduce alone (ms) | Verdict | Artifact |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -174,7 +176,11 @@ def real_section(runs: list[dict[str, Any]]) -> list[str]:
         "**Batch × length** is the global batch and the samples' length (compute per sample at the same "
         "gradient size). **Sync share** is the part of the balanced step outside the slowest worker's "
         "compute: the all-reduce (staged through host memory for the GPU worker under gloo) and the "
-        "step's launch, which no split removes; a small model on a fast GPU is bound by it.",
+        "step's launch, which no split removes; a small model on a fast GPU is bound by it. "
+        "**All-reduce alone** is that all-reduce timed on each worker with no compute before it. "
+        "**÷ fastest alone** is the balanced samples/s over the fastest worker's alone: the simplest "
+        "thing a user could do instead is train on that device alone, and below 1 the slower workers "
+        "cost more in synchronisation than they add.",
         "",
     ]
     if not runs:
