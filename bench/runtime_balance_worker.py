@@ -215,27 +215,36 @@ def rebalance_step(
     return [decision.plan.model_dump_json(), decision.reason, False]
 
 
+PhaseRunner = Callable[[str, list[int], int], list[dict[str, Any]]]
+"""Runs a phase of the split for the steps on every rank: every rank's means, in rank order."""
+
+
 def rounds(
-    worker: Worker, even: list[int], means: list[dict[str, Any]], planned: int
+    rank: int,
+    config: dict[str, Any],
+    run: PhaseRunner,
+    start: tuple[list[int], int, list[dict[str, Any]]],
 ) -> tuple[Plan, list[Any], str]:
-    """Rebalancing rounds from the even phase's measurements to a settled split."""
-    config, b_total = worker.config, worker.global_batch
+    """Rebalancing rounds from a measured first split (its split, steps and every rank's means) to a
+    settled split, decided on rank 0 by the operator's own functions."""
+    split, start_steps, means = start
+    world, b_total = len(split), sum(split)
     policy = BatchPolicy(
         base_global_batch=b_total,
         minimum=b_total,
         maximum=b_total,
         adaptive=False,
         min_improvement=config["min_improvement"],
-        per_worker_max=(None,) * worker.world,
+        per_worker_max=(None,) * world,
     )
-    plan = Plan(version=1, world_size=worker.world, global_batch=b_total, local_batches=even)
-    measured = measurements(plan.version, config["steps"], means)
+    plan = Plan(version=1, world_size=world, global_batch=b_total, local_batches=split)
+    measured = measurements(plan.version, start_steps, means)
     history: dict[int, list[Any]] = {}
     previous: tuple[Plan, JobMeasurements] | None = None
     reports: list[dict[str, Any]] = []
     while True:
         shared: list[Any] = [None, "", True]
-        if worker.rank == 0:
+        if rank == 0:
             last = len(reports) == config["max_rounds"]
             shared = rebalance_step(plan, measured, previous, history, policy, last)
         dist.broadcast_object_list(shared, 0)
@@ -246,7 +255,7 @@ def rounds(
         plan = Plan.model_validate_json(next_json)
         split = list(plan.local_batches)
         steps = config["round_steps"]
-        means = worker.gather(worker.run_phase(f"round {len(reports) + 1}", split, steps, planned))
+        means = run(f"round {len(reports) + 1}", split, steps)
         measured = measurements(plan.version, steps, means)
         reports.append({**phase_report(split, steps, b_total, means), "decision": reason})
 
@@ -261,7 +270,12 @@ def worker_main(config: dict[str, Any]) -> None:
     worker.run_phase("warm-up", even, 2, planned)  # first-call allocations are not measured
     worker.steps_done = 0
     even_means = worker.gather(worker.run_phase("even", even, steps, planned))
-    final_plan, round_reports, reason = rounds(worker, even, even_means, planned)
+    final_plan, round_reports, reason = rounds(
+        worker.rank,
+        config,
+        lambda name, split, steps: worker.gather(worker.run_phase(name, split, steps, planned)),
+        (even, steps, even_means),
+    )
     split = list(final_plan.local_batches)
     data_means = worker.gather(worker.run_phase("data", split, steps, planned))
     again_means = worker.gather(worker.run_phase("even-again", even, steps, planned))

@@ -1,5 +1,5 @@
 """Real heterogeneous hardware, no simulation: the `data` strategy's synchronous step on devices that
-really differ, even split against a split proportional to each device's solo speed, in one run.
+really differ, even split against the split the operator's rebalancer settles on, in one run.
 
 - A machine with an NVIDIA GPU and many cores: one GPU worker beside CPU workers with different
   thread counts on disjoint cores (gloo for all: NCCL cannot reach a CPU worker).
@@ -7,12 +7,12 @@ really differ, even split against a split proportional to each device's solo spe
 - A smaller machine can only run equal single-thread workers (`--allow-small-host`): that exercises
   the code path and measures the strategy's overhead, but shows no heterogeneity, and says so.
 
-Phases: each worker alone on a few samples, the split proportional to those speeds, refined twice
-from the speeds each worker shows with all of them running (as the rebalancer refines it between
-epochs), solo again at each worker's share of that split (the speed it will train at: a GPU is faster
-per sample on larger batches), even (A), balanced (B), even again (A). Efficiency = B's samples/s ÷
-Σ solo speeds. A GPU worker's dataset is pinned once and each batch is copied one step ahead, beside
-the compute, as the runtime's loaders do.
+Phases: each worker alone on a few samples, the split proportional to those speeds, then rounds
+decided by the operator's own rebalancer from the speeds each worker shows with all of them running
+(as between epochs) until it settles, solo again at each worker's share of that split (the speed it
+will train at: a GPU is faster per sample on larger batches), even (A), balanced (B), even again (A).
+Efficiency = B's samples/s ÷ Σ solo speeds. A GPU worker's dataset is pinned once and each batch is
+copied one step ahead, beside the compute, as the runtime's loaders do.
 
 The step's fixed part (the gradients' all-reduce, staged through host memory for the GPU under gloo,
 and the launch of the step) is the same whatever the split, so a small model on a fast GPU is bound by
@@ -44,13 +44,13 @@ MAX_WORKERS = 3
 # A GPU worker's cores: one drives the GPU, one serves the collective's transfers (staged through host
 # memory under gloo), as a pod for a GPU would request.
 GPU_WORKER_CORES = 2
-# The first split comes from each worker alone on this many samples; it is then refined this many
-# times from the workers' speeds with all of them running (short phases of REFINE_STEPS steps), each
-# worker's speed taken at the SPEED_QUANTILE of its step's compute time.
+# The first split comes from each worker alone on this many samples; the operator's rebalancer then
+# decides rounds of ROUND_STEPS steps from the workers' speeds with all of them running, at most
+# MAX_ROUNDS, keeping a new split only when it measures MIN_IMPROVEMENT faster.
 PROBE_BATCH = 512
-REFINE_ROUNDS = 2
-REFINE_STEPS = 10
-SPEED_QUANTILE = 0.9
+ROUND_STEPS = 10
+MAX_ROUNDS = 4
+MIN_IMPROVEMENT = 0.01
 
 
 @dataclass(frozen=True)
@@ -202,9 +202,9 @@ def main() -> None:
             "even_steps": args.even_steps or steps,
             "solo_steps": 5 if args.quick else 10,
             "probe_batch": PROBE_BATCH,
-            "refine_rounds": REFINE_ROUNDS,
-            "refine_steps": REFINE_STEPS,
-            "speed_quantile": SPEED_QUANTILE,
+            "round_steps": ROUND_STEPS,
+            "max_rounds": MAX_ROUNDS,
+            "min_improvement": MIN_IMPROVEMENT,
             "workers": [asdict(p) for p in plans],
             "out": str(Path(tmp) / "result.json"),
         }

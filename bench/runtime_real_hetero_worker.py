@@ -20,7 +20,7 @@ from bench_workers import gather, join_gloo, seeded_model, step_means, worker_en
 from hetero_runtime.device import to_device
 from hetero_runtime.prefetch import staged
 from hetero_runtime.strategies.data import synchronize_gradients
-from runtime_balance_worker import conv_net, phase_report
+from runtime_balance_worker import conv_net, phase_report, rounds
 from runtime_real_hetero import proportional
 
 
@@ -144,22 +144,20 @@ def worker_main(config: dict[str, Any]) -> None:
     worker = RealWorker(config)
     world, total, rank = worker.world, worker.global_batch, worker.rank
     even = [total // world + (1 if r < total % world else 0) for r in range(world)]
-    # A first guess from each worker alone on a few samples, then the split refined from what each
-    # worker does with all of them running, as the rebalancer refines it between epochs: a GPU beside
+    # A first guess from each worker alone on a few samples, then rounds decided by the operator's own
+    # rebalancer from what each worker does with all of them running, as between epochs: a GPU beside
     # busy CPU workers, and a CPU worker on a small share (in cache), differ from their solo guesses.
     probe = min(even[rank], config["probe_batch"])
     first_solo = worker.gather(worker.in_turns(probe, config["solo_steps"]))
-    split = proportional(total, [s["local_batch"] / s["compute_s"] for s in first_solo])
-    refined = []
-    for _ in range(config["refine_rounds"]):
+    first = proportional(total, [s["local_batch"] / s["compute_s"] for s in first_solo])
+
+    def run(name: str, split: list[int], steps: int) -> list[dict[str, Any]]:
         worker.warm_up(split[rank])
-        means = worker.gather(worker.phase(split, config["refine_steps"]))
-        refined.append(phase_report(split, config["refine_steps"], total, means))
-        # A worker's step time at a high quantile, not its mean: the step waits for the slowest rank,
-        # so a worker that stalls now and then (a CPU worker beside the others) is given the share it
-        # finishes in time nearly every step. It costs little where that worker adds little.
-        seconds = [float(np.quantile(m["computes"], config["speed_quantile"])) for m in means]
-        split = proportional(total, [b / t for b, t in zip(split, seconds, strict=True)])
+        return worker.gather(worker.phase(split, steps))
+
+    first_means = run("first", first, config["round_steps"])
+    plan, rounds_run, settled = rounds(rank, config, run, (first, config["round_steps"], first_means))
+    split = list(plan.local_batches)
     balanced = split
     solo = worker.gather(worker.in_turns(balanced[rank], config["solo_steps"]))
     worker.warm_up(balanced[rank])
@@ -175,7 +173,9 @@ def worker_main(config: dict[str, Any]) -> None:
     if rank == 0:
         record = {
             "first_solo": first_solo,
-            "refined": refined,
+            "first": phase_report(first, config["round_steps"], total, first_means),
+            "rounds": rounds_run,
+            "settled": settled,
             "solo": solo,
             **phases,
             "sync_alone_ms": sync_alone,

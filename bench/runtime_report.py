@@ -167,9 +167,10 @@ def real_section(runs: list[dict[str, Any]]) -> list[str]:
         "`python bench/runtime_real_hetero.py` runs the `data` strategy with no simulation on devices that "
         "really differ: a GPU worker beside CPU workers of different thread counts on a GPU machine, or "
         "CPU workers of different thread counts (on disjoint cores) on a CPU machine with 4 or more "
-        "cores. The balanced split starts proportional to each worker's speed alone on a few samples "
-        "and is refined twice from the speeds the workers show running together (as the rebalancer "
-        "refines it between epochs); then solo speeds at that split, even split, balanced split, even "
+        "cores. The balanced split starts proportional to each worker's speed alone on a few samples; "
+        "the operator's own rebalancer (`hetero_operator.rebalance`) then decides rounds from the "
+        "speeds the workers show running together, as between epochs, until it settles; then solo "
+        "speeds at that split, even split, balanced split, even "
         "split again. A GPU worker's dataset is pinned once and each batch is copied one step ahead, "
         "beside the compute. Target on a GPU machine: efficiency ≥ 0.90 against the solo speeds.",
         "",
