@@ -131,6 +131,20 @@ def summarize(raw: dict[str, Any], plans: list[WorkerPlan], gpu_machine: bool) -
         notes.append(
             "no GPU on this machine: the GPU target (efficiency >= 0.90 with a GPU worker) is not shown"
         )
+    computes = raw["balanced"]["worker_compute_ms"]
+    fastest, gating = solo_speeds.index(max(solo_speeds)), computes.index(max(computes))
+    if heterogeneous and gating != fastest:
+        notes.append(
+            f"the balanced step waited on {plans[gating].label} ({computes[gating]:.1f} ms of compute "
+            f"against {computes[fastest]:.1f} ms on {plans[fastest].label}, "
+            f"{raw['balanced']['local_batches'][gating]} samples): a small share on a slow worker "
+            "varies from step to step, and the fast worker waits for it"
+        )
+    if heterogeneous and of_fastest_alone < 1.0:
+        notes.append(
+            f"{plans[fastest].label} alone would train {1 / of_fastest_alone:.2f}x as fast: the other "
+            "workers add less than their share of the synchronisation costs"
+        )
     broken = speedup > ideal * 1.02 or efficiency > 1.02
     if broken:
         verdict = "**invalid: above the limit the speeds allow**"
