@@ -93,7 +93,9 @@ class ESyncParams(_Frozen):
         "worker stops with an error, and the job restarts from its checkpoint.",
     )
     state_service_port: Annotated[int, Field(ge=0, le=65535)] = Field(
-        default=0, description="TCP port of the state query service on rank 0 (0 = MASTER_PORT + 1)."
+        default=0,
+        description="TCP port of the state query service on rank 0 (0 = a free port rank 0's "
+        "system chooses, told to the other ranks).",
     )
 
 

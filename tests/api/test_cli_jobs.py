@@ -181,7 +181,8 @@ def test_logs_of_workers_on_a_local_process_node(api_bed: ApiBed, local_node: st
     assert missing.exit_code == 1 and "no worker pods rank 7" in missing.output
 
 
-def test_api_command_serves_until_interrupted(api_bed: ApiBed) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_api_command_serves_until_interrupted(api_bed: ApiBed, stop: signal.Signals) -> None:
     port = free_port()
     script = "import typer; from hetero_operator.cli.jobs import api_command; typer.run(api_command)"
     argv = [
@@ -193,8 +194,14 @@ def test_api_command_serves_until_interrupted(api_bed: ApiBed) -> None:
         "--port",
         str(port),
     ]
+    # Started as a shell's background job is (SIGINT ignored from the start): it must stop anyway.
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         deadline = time.monotonic() + 60
@@ -208,7 +215,7 @@ def test_api_command_serves_until_interrupted(api_bed: ApiBed) -> None:
         assert ready is not None and ready.json()["ready"], ready.text if ready else process.poll()
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs", timeout=5).status_code == 401
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
     assert f"heterotrain API on http://127.0.0.1:{port}" in output

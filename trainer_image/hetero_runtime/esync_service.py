@@ -20,7 +20,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hetero_runtime.job_peers import JobPeers, PeerRefused, admit, connect, service_config
+from hetero_runtime.job_peers import (
+    JobPeers,
+    PeerRefused,
+    admit,
+    connect,
+    report_listening,
+    service_config,
+    start_service,
+)
 
 RECENT_STEPS = 5
 
@@ -144,20 +152,19 @@ class StateClient:
 
 def start_service_process(
     peers: JobPeers, host: str, port: int, world_size: int, margin_seconds: float
-) -> subprocess.Popen[bytes]:
-    """Run the service beside this worker; the caller terminates it when training ends."""
-    process = subprocess.Popen([sys.executable, "-m", "hetero_runtime.esync_service"], stdin=subprocess.PIPE)
-    assert process.stdin is not None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Run the service beside this worker (the caller terminates it when training ends); the process
+    and the port it listens on (`port`, or the system's choice when 0)."""
     config = service_config(peers, host, port, world_size=world_size, margin_seconds=margin_seconds)
-    process.stdin.write(config)
-    process.stdin.close()
-    return process
+    return start_service("hetero_runtime.esync_service", config)
 
 
 def main() -> None:
     config = json.loads(sys.stdin.read())
     service = StateService(int(config["world_size"]), float(config["margin_seconds"]))
     service.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
+    assert service.server is not None
+    report_listening(service.server.server_address[1])
     threading.Event().wait()
 
 

@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from hetero_runtime import wire
-from hetero_runtime.job_peers import JobPeers, PeerRefused, admit, connect, service_config
+from hetero_runtime.job_peers import (
+    JobPeers,
+    PeerRefused,
+    admit,
+    connect,
+    report_listening,
+    service_config,
+    start_service,
+)
 
 
 class ParameterServer:
@@ -168,18 +176,19 @@ class ParameterServerClient:
 
 def start_server_process(
     peers: JobPeers, host: str, port: int, stages_per_vw: list[int]
-) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "hetero_runtime.hetpipe_ps"], stdin=subprocess.PIPE)
-    assert process.stdin is not None
-    process.stdin.write(service_config(peers, host, port, stages_per_vw=stages_per_vw))
-    process.stdin.close()
-    return process
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Run the server beside this worker; the process and the port it listens on (`port`, or the
+    system's choice when 0)."""
+    return start_service(
+        "hetero_runtime.hetpipe_ps", service_config(peers, host, port, stages_per_vw=stages_per_vw)
+    )
 
 
 def main() -> None:
     config = json.loads(sys.stdin.read())
     server = ParameterServer([int(x) for x in config["stages_per_vw"]])
-    server.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
+    listening = server.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
+    report_listening(listening.server_address[1])
     threading.Event().wait()
 
 

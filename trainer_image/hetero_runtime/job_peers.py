@@ -12,7 +12,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -108,3 +111,27 @@ def admit(
 def service_config(peers: JobPeers, host: str, port: int, **settings: Any) -> bytes:
     """What a service process reads from its stdin (the token never appears on a command line)."""
     return json.dumps({"peers": peers.to_json(), "host": host, "port": port, **settings}).encode()
+
+
+def start_service(module: str, config: bytes) -> tuple[subprocess.Popen[bytes], int]:
+    """Run a side service's module beside this worker, its configuration on stdin; the process and the
+    port it listens on, which it reports once bound (port 0 in the configuration: the system's choice,
+    so that no other process on the host can hold it first)."""
+    process = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(config)
+    process.stdin.close()
+    line = process.stdout.readline()
+    process.stdout.close()
+    if not line:
+        code = process.wait(timeout=30)
+        raise RuntimeError(f"{module} exited with {code} before it listened (its error is in this log above)")
+    return process, int(json.loads(line)["port"])
+
+
+def report_listening(port: int) -> None:
+    """A service process's first and only line on stdout: the port it bound. Anything it prints later
+    goes to stderr (the worker stopped reading)."""
+    sys.stdout.write(json.dumps({"port": port}) + "\n")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

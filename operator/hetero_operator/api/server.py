@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Iterator
 
 import uvicorn
@@ -36,6 +37,18 @@ async def serve(app: FastAPI, host: str, port: int, log_level: str = "warning") 
         server.should_exit = True
         await task
         raise
+
+
+async def serve_until_signalled(app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
+    """Serve ``app`` alone until SIGINT or SIGTERM (what a pod is stopped with), then shut down
+    gracefully. The handlers are installed here, not inherited: a process started in the background
+    by a shell begins with SIGINT ignored."""
+    loop, main = asyncio.get_running_loop(), asyncio.current_task()
+    assert main is not None
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(stop, main.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await serve(app, host, port, log_level)
 
 
 async def _run(server: uvicorn.Server, host: str, port: int) -> None:

@@ -8,7 +8,6 @@ it: `whatif` runs the operator's scheduler over a snapshot in this process. The 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ from kubernetes import config as kube_config
 from pydantic import ValidationError
 from rich.console import Console
 
-from hetero_operator.api import ApiSettings, create_app, serve
+from hetero_operator.api import ApiSettings, create_app, serve_until_signalled
 from hetero_operator.api.cluster import live_snapshot, read_view
 from hetero_operator.api.jobs import job_detail, job_summary
 from hetero_operator.api.kube import KubeConnection, KubeReader, KubeReadError
@@ -365,5 +364,4 @@ def api_command(
     connection = _connect(kubeconfig, context)
     app = create_app(ApiSettings(connection=connection))
     typer.echo(f"heterotrain API on http://{host}:{port} (OpenAPI at /docs)")
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: serve() has already shut down cleanly
-        asyncio.run(serve(app, host, port, log_level="info"))
+    asyncio.run(serve_until_signalled(app, host, port, log_level="info"))

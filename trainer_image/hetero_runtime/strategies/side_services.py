@@ -32,17 +32,27 @@ def _peers(ctx: WorkerContext) -> tuple[JobPeers, str]:
     return gather_peers(own, ctx.rank, ctx.world_size), own
 
 
+def shared_port(port: int, rank: int, world_size: int) -> int:
+    """Rank 0's `port`, on every rank (all ranks call it)."""
+    if world_size == 1:
+        return port
+    holder: list[Any] = [port if rank == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    return int(holder[0])
+
+
 def connect_state_service(
     ctx: WorkerContext, params: ESyncParams
 ) -> tuple[subprocess.Popen[bytes] | None, StateClient]:
-    """Rank 0 starts ESync's state service; every rank connects to it."""
+    """Rank 0 starts ESync's state service (on the plan's port, or one the system chooses); every
+    rank connects to it."""
     peers, own = _peers(ctx)
-    port = params.state_service_port or ctx.env.master_port + 1
-    process = None
+    process, port = None, params.state_service_port
     if ctx.rank == 0:
-        process = start_service_process(
+        process, port = start_service_process(
             peers, peers.addresses[0], port, ctx.world_size, params.margin_seconds
         )
+    port = shared_port(port, ctx.rank, ctx.world_size)
     client = StateClient(peers.addresses[0], port, own, ctx.rank, peers.token)
     return process, client
 
@@ -50,12 +60,12 @@ def connect_state_service(
 def connect_parameter_server(
     ctx: WorkerContext, params: HetPipeParams
 ) -> tuple[subprocess.Popen[bytes] | None, ParameterServerClient]:
-    """Rank 0 starts HetPipe's parameter server; every rank connects to it."""
+    """Rank 0 starts HetPipe's parameter server (on a port the system chooses); every rank connects."""
     peers, own = _peers(ctx)
-    port = ctx.env.master_port + 2
-    process = None
+    process, port = None, 0
     if ctx.rank == 0:
         stages = [len(vw) for vw in params.virtual_workers]
-        process = start_server_process(peers, peers.addresses[0], port, stages)
+        process, port = start_server_process(peers, peers.addresses[0], 0, stages)
+    port = shared_port(port, ctx.rank, ctx.world_size)
     client = ParameterServerClient(peers.addresses[0], port, own, ctx.rank, peers.token)
     return process, client
