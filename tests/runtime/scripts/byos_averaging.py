@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from rank_group import leave
 from torch import nn
 
 from hetero_operator.plan import DreamDDPParams, Plan, SESGDParams, Strategy
@@ -51,4 +52,4 @@ report["dreamddp_phase_0"] = values()
 averaging.after_step()  # phase 1: the output-side layer
 report["dreamddp_phase_1"] = values()
 Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps(report))
-dist.destroy_process_group()
+leave()

@@ -8,8 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import torch.distributed as dist
-from rank_group import join
+from rank_group import join, leave
 
 from hetero_operator.plan import Plan
 from hetero_runtime.calibration import calibrate_solo
@@ -34,4 +33,4 @@ ctx = SimpleNamespace(world_size=world, rank=rank, device=torch.device("cpu"))
 plan = Plan(version=0, world_size=world, global_batch=12, local_batches=[4, 4, 4])
 record["common"] = calibrate_solo(SleepingStrategy(), plan, ctx)  # type: ignore[arg-type]
 Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps(record))
-dist.destroy_process_group()
+leave()

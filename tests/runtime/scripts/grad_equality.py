@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from rank_group import join
+from rank_group import join, leave
 from torch import nn
 from torch.nn import functional
 
@@ -104,4 +104,4 @@ result |= {
     "reference_loss": float(reference_loss),
 }
 Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps(result))
-dist.destroy_process_group()
+leave()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from rank_group import join
+from rank_group import join, leave
 from torch import nn
 from torch.nn import functional
 
@@ -111,4 +111,4 @@ Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(
         }
     )
 )
-dist.destroy_process_group()
+leave()

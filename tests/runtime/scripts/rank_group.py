@@ -1,6 +1,7 @@
 """The process group of a test script started by tests/runtime/spawn.py: its rank, world, device."""
 
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -25,3 +26,14 @@ def join(backend: str | None = None) -> tuple[int, int, torch.device]:
         timeout=timedelta(seconds=60),
     )
     return rank, world, device
+
+
+def leave() -> None:
+    """Leave together, then at once: a rank that tears its connections down while another still uses
+    them makes gloo abort that process, and torch's C++ teardown at interpreter exit has aborted a
+    rank now and then after its work was done ("terminate called without an active exception")."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

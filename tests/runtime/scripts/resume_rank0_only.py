@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from rank_group import leave
 
 from hetero_runtime.checkpoint import restore_newest
 from hetero_runtime.launcher import parse_worker_env
@@ -27,4 +28,4 @@ started = {
     "model": {name: tensor.tolist() for name, tensor in model.state_dict().items()},
 }
 Path(os.environ["OUT_DIR"], f"rank-{env.rank}.json").write_text(json.dumps(started))
-dist.destroy_process_group()
+leave()

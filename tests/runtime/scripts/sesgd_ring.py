@@ -5,8 +5,7 @@ import os
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from rank_group import join
+from rank_group import join, leave
 
 from hetero_runtime.strategies.group_ring import group_ring_sum
 from hetero_runtime.strategies.sesgd import GroupSchedule
@@ -23,4 +22,4 @@ for step in range(steps):
     x.div_(len(members))
     history.append(x.tolist())
 Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps({"history": history}))
-dist.destroy_process_group()
+leave()
