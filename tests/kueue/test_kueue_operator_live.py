@@ -3,7 +3,8 @@ labelled for a LocalQueue get a Workload per proposed mix, start only once admit
 admitted flavors and counts, and hand the quota back when evicted, finished or deleted.
 
 The KWOK workers do not train: a preemption is shown by the checkpoint request on the workers, the
-admission handed back, and the job placed again on a new worker generation.
+admission handed back, and the job placed again on a new worker generation. That a job Kueue preempts
+resumes with real training, losing at most one step, is `tests/e2e/test_preemption_resume.py`.
 """
 
 from __future__ import annotations
