@@ -90,6 +90,7 @@ if session.rank == 0:
                 "round_ratios": round_ratios,
                 "steps_each": len(plain_times),
                 "parameters": sum(p.numel() for p in net.parameters()),
+                "wrapped_buckets": len(wrapped.reduce.buckets),
             }
         )
     )

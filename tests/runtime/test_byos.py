@@ -166,10 +166,13 @@ def test_uneven_local_batches_give_the_full_batch_gradient(tmp_path: Path) -> No
     )
     assert [r["planned_batch"] for r in results] == [40, 21, 9]
     for result in results:
-        assert result["synchronized_steps"] == 4 and result["noise_measured"]
+        assert result["synchronized_steps"] == 6 and result["noise_measured"]
         tolerance = 1e-5 * result["gradient_scale"]
-        for epoch in ("epoch_0", "epoch_1"):  # steps zeroed, then accumulated
+        # Gradients set to None, then accumulated, then zeroed in place.
+        for epoch in ("epoch_0", "epoch_1", "epoch_2"):
             assert result[epoch]["max_abs_diff"] < tolerance, (epoch, result)
+        # The noise scale's inputs: every rank's |g_i|² and the step's |g|², against float64 references.
+        assert result["local_sq_diff"] < 1e-5 and result["global_sq_diff"] < 1e-5, result
     # The one-sample last step falls to rank 0; ranks 1 and 2 compute on a stand-in sample.
     assert [r["epoch_0"]["batch_lengths"] for r in results] == [[40, 1], [21, 1], [9, 1]]
 

@@ -1,8 +1,9 @@
 """A wrapped model and loader over 71 samples, global batch 70, split 40/21/9 by the plan: each epoch's
 step 1 is uneven, step 2 has one sample, which falls to rank 0 (ranks 1 and 2 compute on a stand-in
-whose gradient must count zero). Epoch 0 zeroes the gradients every step; epoch 1 accumulates both
-steps. The references are computed in float64 on one process from the data alone: the whole set's
-gradient g and the last sample's g₂ give step 1's, g₁ = (71·g − g₂)/70."""
+whose gradient must count zero). Epoch 0 sets the gradients to None every step; epoch 1 accumulates
+both steps; epoch 2 zeroes them in place every step (they are views of the buckets then). The
+references are computed in float64 on one process from the data alone: the whole set's gradient g
+and the last sample's g₂ give step 1's, g₁ = (71·g − g₂)/70."""
 
 import copy
 import json
@@ -42,13 +43,28 @@ whole = reference_gradient(inputs, targets)
 model = heterotrain.HeteroModel(net, noise_every=1, bucket_cap_elements=200)
 assert model.reduce.layout == [[3, 2, 1], [0]], model.reduce.layout
 loader = heterotrain.HeteroDataLoader(TensorDataset(inputs, targets), batch_size=70)
+measured = []  # the squared norms each step's buckets carried
+finish = model.reduce.finish
+
+
+def keep_norms() -> object:
+    norms = finish()
+    measured.append(norms)
+    return norms
+
+
+model.reduce.finish = keep_norms  # type: ignore[method-assign]
 report = {"planned_batch": loader.local_batch, "gradient_scale": float(whole.abs().max())}
-for epoch, accumulate in ((0, False), (1, True)):
+for epoch, accumulate, set_to_none in ((0, False, True), (1, True, True), (2, False, False)):
     lengths, grads, last = [], [], None
-    model.zero_grad()
+    model.zero_grad(set_to_none=set_to_none)
     for x, y in loader:
         if not accumulate:
-            model.zero_grad()
+            model.zero_grad(set_to_none=set_to_none)
+        if epoch == 0 and not lengths:
+            own = float(reference_gradient(x, y).square().sum())
+            every_rank: list[float] = [0.0] * dist.get_world_size()
+            dist.all_gather_object(every_rank, own)
         functional.cross_entropy(model(x), y).backward()
         lengths.append(len(x))
         grads.append(flat(model))
@@ -57,6 +73,14 @@ for epoch, accumulate in ((0, False), (1, True)):
     dist.broadcast_object_list(holder, src=0)  # rank 0 trained on the last sample
     last_step = reference_gradient(*holder[0])
     first_step = (71 * whole - last_step) / 70
+    if epoch == 0:
+        # The first step's norms: each rank's |g_i|² of its own batch's mean loss, and |g|² of the step's.
+        norms = measured[0]
+        scale = max(every_rank)
+        report["local_sq_diff"] = (
+            max(abs(a - b) for a, b in zip(norms.local_sq, every_rank, strict=True)) / scale
+        )
+        report["global_sq_diff"] = abs(norms.global_sq - float(first_step.square().sum())) / scale
     if accumulate:
         diff = (grads[1] - (first_step + last_step)).abs().max()
     else:
