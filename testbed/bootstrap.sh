@@ -46,7 +46,7 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing heterotrain and its dependencies into .venv (torch is large: the first time takes minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[runtime,dev]'
+  .venv/bin/python -m pip install -q -e '.[runtime,dev,examples]'
   echo "$want" > "$stamp"
 fi
 
