@@ -39,6 +39,9 @@ LOCAL_STEPS = "heterotrain_worker_local_steps_per_round"
 """Local steps in the last round (esync); 1 for the synchronous strategies."""
 GRADIENT_NOISE_SCALE = "heterotrain_worker_gradient_noise_scale"
 """Latest B_noise = S/G estimate (data strategy, rank 0 only)."""
+LAYER_SECONDS = "heterotrain_worker_layer_seconds_per_sample"
+"""Per-sample seconds of one layer's forward and backward on this rank (hetpipe), by `layer`."""
+LABEL_LAYER = "layer"
 
 # Counters (exported with a ``_total`` suffix).
 SAMPLES = "heterotrain_worker_samples"

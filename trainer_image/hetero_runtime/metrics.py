@@ -49,6 +49,12 @@ class WorkerMetrics:
         self.simulated_speed = gauge(names.SIMULATED_SPEED, "Simulated fraction of full speed (1 = real)")
         self.local_steps = gauge(names.LOCAL_STEPS, "Local steps in the last round")
         self.noise_scale = gauge(names.GRADIENT_NOISE_SCALE, "Gradient noise scale estimate")
+        self.layer_seconds = Gauge(
+            names.LAYER_SECONDS,
+            "Per-sample seconds of one layer's forward and backward",
+            (*labels, names.LABEL_LAYER),
+            registry=self.registry,
+        )
         self.samples = Counter(names.SAMPLES, "Samples trained on", step_labels, registry=self.registry)
         self.steps = Counter(names.STEPS, "Steps taken", step_labels, registry=self.registry)
         self.simulated_speed.labels(*self._values).set(1.0)
@@ -82,6 +88,10 @@ class WorkerMetrics:
 
     def set_local_steps(self, steps: int) -> None:
         self.local_steps.labels(*self._values).set(steps)
+
+    def set_layer_costs(self, seconds_per_sample: list[float]) -> None:
+        for layer, seconds in enumerate(seconds_per_sample):
+            self.layer_seconds.labels(*self._values, str(layer)).set(seconds)
 
     def set_noise_scale(self, value: float) -> None:
         self.noise_scale.labels(*self._values).set(value)

@@ -178,3 +178,32 @@ async def fetch_totals(
     client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str, plan_version: int
 ) -> dict[int, RankTotals]:
     return parse_totals(await ask(client, prometheus_url, totals_queries(namespace, job, plan_version)))
+
+
+def layer_cost_query(namespace: str, job: str) -> str:
+    """Each rank's measured per-sample seconds of each layer (hetpipe workers export them at start)."""
+    by = f"max by ({names.LABEL_RANK}, {names.LABEL_LAYER})"
+    return f"{by} ({names.LAYER_SECONDS}{selector(namespace, job)})"
+
+
+def parse_layer_costs(rows: list[tuple[dict[str, str], float]]) -> dict[int, list[float]]:
+    """Per rank, the costs in layer order; a rank with a gap in its layers is left out (pure)."""
+    found: dict[int, dict[int, float]] = {}
+    for labels, value in rows:
+        try:
+            found.setdefault(int(labels[names.LABEL_RANK]), {})[int(labels[names.LABEL_LAYER])] = value
+        except (KeyError, ValueError):
+            continue
+    return {
+        rank: [layers[i] for i in range(len(layers))]
+        for rank, layers in found.items()
+        if sorted(layers) == list(range(len(layers)))
+    }
+
+
+async def fetch_layer_costs(
+    client: httpx.AsyncClient, prometheus_url: str, namespace: str, job: str
+) -> dict[int, list[float]]:
+    query = layer_cost_query(namespace, job)
+    answers = await ask(client, prometheus_url, {"layers": query})
+    return parse_layer_costs(answers["layers"])

@@ -19,10 +19,16 @@ from hetero_operator.controller import launcher, names
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.events import job_event
 from hetero_operator.controller.k8s import path_of
-from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
+from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan, Strategy
 from hetero_operator.planner import PerfSample
 from hetero_operator.rebalance import promql
-from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, confirm, decide
+from hetero_operator.rebalance.decide import (
+    RebalanceDecision,
+    batch_policy,
+    confirm,
+    decide,
+    measured_iteration_seconds,
+)
 from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.job_metrics import MetricsSnapshot
 from hetero_operator.rebalance.job_status import MetricsState, published_status, said_unavailable
@@ -33,6 +39,7 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
+from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
 from hetero_operator.rebalance.watch import (
     SUSPECT_CHANGE,
     Totals,
@@ -204,7 +211,12 @@ class Rebalancer:
             if (earlier := same_split_before(memory.plans, memory.measured, plan)) is not None:
                 memory.baselines[plan.version] = per_sample_seconds(earlier[1], earlier[0])
             return None
-        decision = self._decide(job, plan, measured, history, memory)
+        if plan.strategy is Strategy.HETPIPE:
+            decision = await self._recut(job, plan, measured)
+            if decision is None:
+                return None  # the layer costs are not all in yet: look again on the next pass
+        else:
+            decision = self._decide(job, plan, measured, history, memory)
         memory.last_decided_version = plan.version
         if decision.plan is None:  # the split stays: watch it from here
             await self._start_watching(job, plan, measured, memory, epoch)
@@ -331,6 +343,20 @@ class Rebalancer:
             if decision is not None:
                 return decision
         return decide(plan, history, policy, measured, apply_at)
+
+    async def _recut(
+        self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements
+    ) -> RebalanceDecision | None:
+        """HetPipe keeps its batch split; its stage cuts follow the layer costs the workers measured."""
+        try:
+            costs = await promql.fetch_layer_costs(
+                self.http, self.settings.prometheus_url, job.namespace, job.name
+            )
+            found = recut(plan, costs, job.spec.rebalance.min_improvement, (measured.epoch or 0) + 1)
+        except (MetricsUnavailable, LayerCostsMissing) as why:
+            log.info("%s/%s: no stage cuts yet: %s", job.namespace, job.name, why)
+            return None
+        return RebalanceDecision(found.plan, found.reason, "stage-cuts", measured_iteration_seconds(measured))
 
     def _rediscovering(self, memory: JobMemory) -> bool:
         back = memory.prometheus_back_at

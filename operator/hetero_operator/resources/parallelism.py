@@ -63,8 +63,10 @@ class HetPipeParameters(WireModel):
         min_length=1,
         max_length=4096,
         description="Relative compute cost of each layer of the model's `layers`, in order (for example its "
-        "parameter counts): the planner cuts each virtual worker's pipeline where its stages take equal "
-        "time at their GPUs' speeds. Unset: the smallest valid cuts (one layer per stage but the last).",
+        "parameter counts): the first plan cuts each virtual worker's pipeline where its stages take equal "
+        "time at their GPUs' speeds. Unset: the first plan cuts one layer per stage but the last. Either "
+        "way the workers time every layer on their own devices at start, and with rebalancing on (and "
+        "Prometheus) the operator re-cuts each pipeline from those measured costs.",
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import time
@@ -30,8 +31,10 @@ from torch import nn
 
 from hetero_operator.plan import HetPipeParams, Plan
 from hetero_operator.planner.wsp import may_start, required_global_clock
+from hetero_runtime.calibration import calibrate_solo
 from hetero_runtime.device import model_device
 from hetero_runtime.hetpipe_ps import ParameterServerClient
+from hetero_runtime.layer_costs import measure_layer_costs
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.precision import MixedPrecision
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
@@ -46,8 +49,10 @@ from hetero_runtime.strategies.base import (
     preserved_state,
     synchronize,
 )
-from hetero_runtime.strategies.hetpipe_layout import StagePlace, place_of
+from hetero_runtime.strategies.hetpipe_layout import StagePlace, place_of, same_pipelines
 from hetero_runtime.strategies.side_services import connect_parameter_server
+
+log = logging.getLogger(__name__)
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
 _MAX_DIMS = 8
@@ -235,18 +240,57 @@ class HetPipeStrategy:
         apply_learning_rate_scale(ctx, plan.learning_rate_scale)
         if ctx.world_size > 1:
             broadcast_model(self.layers)
+        self._report_layer_costs(plan)
         self.server, self.client = connect_parameter_server(ctx, self.params)
         if ctx.rank == 0:
             self.client.initialize({name: host_copy(p) for p, name in self.names.items()})
         if ctx.world_size > 1:
             dist.barrier()
 
+    def _report_layer_costs(self, plan: Plan) -> None:
+        """Every rank times each layer of the whole model on its own device, in turn (solo, so no
+        figure holds another rank's load), and exports them for the operator's stage cuts."""
+        ctx = self.ctx
+        samples = max(1, max(plan.local_batches))
+        inputs, targets = self.ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
+        speed = ctx.simulator.speed if ctx.simulator.active else 1.0
+        costs: list[float] = []
+        for turn in range(ctx.world_size):
+            if ctx.world_size > 1:
+                dist.barrier()
+            if ctx.rank == turn:
+                costs = measure_layer_costs(self.layers, inputs, targets, ctx.loss_fn, speed)
+        ctx.metrics.set_layer_costs(costs)
+        log.info("layer costs: %s us per sample", ", ".join(f"{c * 1e6:.1f}" for c in costs))
+
     def apply_plan(self, plan: Plan) -> None:
-        if plan.hetpipe != self.params:
-            raise ValueError(
-                "a new hetpipe layout needs a restart from checkpoint (stages are fixed at start)"
-            )
+        new, old = plan.hetpipe, self.params
+        if new != old:
+            if new is None or old is None or not same_pipelines(new, old):
+                raise ValueError(
+                    "a new hetpipe layout of other virtual workers needs a restart from checkpoint"
+                )
+            self._recut(plan)
         apply_learning_rate_scale(self.ctx, plan.learning_rate_scale)
+
+    def _recut(self, plan: Plan) -> None:
+        """New stage boundaries, same pipelines: at an epoch boundary every rank holds the whole global
+        model (pulled after the last wave), so each takes its new slice of it; the simulated base
+        device is calibrated again for the new slices. The optimizer's state of a layer that changes
+        rank starts afresh on its new rank."""
+        self.stage = None
+        stage = self._place(plan)
+        if self.ctx.simulator.active:
+            self.ctx.costs = calibrate_solo(self, plan, self.ctx)
+        stage.costs = dict(self.ctx.costs)
+        assert plan.hetpipe is not None
+        log.info(
+            "stages re-cut at %s (plan v%d): this rank runs layers %d to %d",
+            plan.hetpipe.stage_boundaries,
+            plan.version,
+            stage.place.first_layer,
+            stage.place.end_layer - 1,
+        )
 
     def _pull(self, params: list[nn.Parameter], min_clock: int) -> int:
         assert self.client is not None

@@ -43,6 +43,15 @@ def place_of(params: HetPipeParams, rank: int, layer_count: int) -> StagePlace:
     raise ValueError(f"rank {rank} is in no hetpipe virtual worker")
 
 
+def same_pipelines(a: HetPipeParams, b: HetPipeParams) -> bool:
+    """The same ranks in the same pipelines, waves and staleness: only the stage cuts may differ."""
+    return (a.virtual_workers, a.microbatches_in_flight, a.staleness_bound) == (
+        b.virtual_workers,
+        b.microbatches_in_flight,
+        b.staleness_bound,
+    )
+
+
 def stage_boundaries(
     layer_costs: Sequence[float], stage_speeds: Sequence[float], in_flight: int
 ) -> list[int]:
