@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional
 from torch.utils.data import IterableDataset, TensorDataset
 
-from hetero_operator.plan import DreamDDPParams, Plan, Strategy
+from hetero_operator.plan import DreamDDPParams, Plan, SESGDParams, Strategy
 from hetero_runtime.device import Placement
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.metrics import WorkerMetrics
@@ -258,3 +258,34 @@ def test_restore_gives_back_the_saved_scheduler_scaler_and_optimizer_state(tmp_p
     for name, tensor in saved["model"].items():
         assert torch.equal(fresh.model.state_dict()[name], tensor), name
     assert fresh.loader.position == stopped.loader.position
+
+
+def test_the_averaging_schedule_resumes_at_the_step_the_checkpoint_was_saved(tmp_path: Path) -> None:
+    """sesgd's groups and dreamddp's phases follow a step count: a restarted script must go on from
+    the saved step, not from 0, or the ranks would average on another schedule than planned."""
+    sesgd = Plan(
+        version=1,
+        strategy=Strategy.SESGD,
+        world_size=1,
+        global_batch=16,
+        local_batches=[16],
+        sesgd=SESGDParams(groups=1, seed=0),
+    )
+    stopped = fresh_script(tmp_path)
+    stopped.loader.session.restore_plan(sesgd)
+    ran = 0
+    for x, y in stopped.loader:
+        stopped.optimizer.zero_grad()
+        functional.cross_entropy(stopped.model(x), y).backward()
+        stopped.optimizer.step()
+        ran += 1
+        if ran == 7:
+            stopped.checkpoint.save()  # as a script saves: after the step's optimizer step
+            break
+    fresh = fresh_script(tmp_path)
+    fresh.loader.session.restore_plan(sesgd)
+    assert fresh.checkpoint.restore()
+    next(iter(fresh.loader))  # the first batch after the restart
+    averaging = fresh.loader.session.step_averaging()
+    # Every step the stopped script took has been averaged once, the one it saved inside included.
+    assert averaging is not None and averaging.steps == ran

@@ -145,6 +145,7 @@ class HeteroDataLoader:
             self.position = SamplerPosition(self.position.epoch + 1, 0)
         session, epoch = self.session, self.position.epoch
         plan = session.plan_for_epoch(epoch, self.batch_size)
+        session.run_pending_averaging()
         self.record.plan_applied(epoch, plan.version)
         session.metrics.set_epoch(epoch)
         started, samples, steps = time.perf_counter(), 0, 0
@@ -212,6 +213,9 @@ class HeteroDataLoader:
             "consumed": self.position.consumed,
             "plan": plan.to_json() if plan is not None else None,
             "plan_history": [list(item) for item in self.record.plan_history],
+            "averaging_steps": self.session.averaging_steps,
+            # Saved inside a step (after its optimizer step): that step's averaging is still to come.
+            "averaging_pending": self.session.step is not None and self.session.local_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,3 +223,6 @@ class HeteroDataLoader:
         if state.get("plan"):
             self.session.restore_plan(Plan.from_json(state["plan"]))
         self.record.plan_history = [(int(e), int(v)) for e, v in state.get("plan_history", [])]
+        self.session.restore_averaging_steps(
+            int(state.get("averaging_steps", 0)), bool(state.get("averaging_pending", False))
+        )

@@ -56,6 +56,8 @@ class Session:
     model: nn.Module | None = None  # the module HeteroModel wraps: what local-step strategies average
     _averaging: ParameterAveraging | None = None
     _averaging_version: int | None = None
+    _restored_averaging_steps: int = 0  # from a checkpoint: where the averaging schedule resumes
+    _averaging_pending: bool = False  # the checkpoint was saved before its last step's averaging
 
     @property
     def local_steps(self) -> bool:
@@ -73,7 +75,7 @@ class Session:
                     f"strategy {plan.strategy.value!r} averages the model's parameters after every step: "
                     "wrap the model in heterotrain.HeteroModel(model) before the loader hands out a batch"
                 )
-            steps = self._averaging.steps if self._averaging is not None else 0
+            steps = self.averaging_steps
             self._averaging = averaging_for(self.model, plan, self.rank, steps)
             self._averaging_version = plan.version
         return self._averaging
@@ -115,6 +117,27 @@ class Session:
         self.plan = plan
         self.metrics.set_plan_version(plan.version)
         return plan
+
+    @property
+    def averaging_steps(self) -> int:
+        """Steps the local-step strategies' schedules have run (their groups and phases follow it)."""
+        return self._averaging.steps if self._averaging is not None else self._restored_averaging_steps
+
+    def restore_averaging_steps(self, steps: int, pending: bool) -> None:
+        """After a restart: the schedules go on from the checkpoint's step, as if never stopped;
+        `pending`: the checkpoint's last step had not been averaged yet (the script saved after its
+        optimizer step), so that averaging runs before the first step after the restart."""
+        self._restored_averaging_steps = steps
+        self._averaging_pending = pending
+        if self._averaging is not None:
+            self._averaging.steps = steps
+
+    def run_pending_averaging(self) -> None:
+        if self._averaging_pending:
+            self._averaging_pending = False
+            averaging = self.step_averaging()
+            if averaging is not None:
+                averaging.after_step()
 
     def restore_plan(self, plan: Plan) -> None:
         """After a restart: keep running the checkpoint's plan until a newer one arrives."""
