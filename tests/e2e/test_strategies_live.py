@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.operator.live import OperatorProcess
+from tests.operator.live import OperatorProcess, wait_for
 from tests.reliability.faults_cluster import Cluster, status
 from tests.reliability.faults_training import worker_run
 
@@ -151,25 +151,16 @@ def plan_of(bed: Testbed, namespace: str, job: str) -> Plan | None:
 def watch_recut(bed: Testbed, cluster: Cluster, job: str) -> Recut:
     """The first plan, the re-cut one, and the layer costs the workers exported (read while they run:
     their series go stale once the pods are gone)."""
-    first = cluster_wait(lambda: plan_of(bed, cluster.namespace, job), "the first plan")
-    second = cluster_wait(
+    first = wait_for(lambda: plan_of(bed, cluster.namespace, job), JOB_SECONDS, "the first plan")
+    second = wait_for(
         lambda: (p := plan_of(bed, cluster.namespace, job)) is not None and p.version >= 2 and p,
+        JOB_SECONDS,
         "a re-cut plan",
     )
     query = promql.layer_cost_query(cluster.namespace, job)
     body = httpx.get(f"{bed.prometheus_url}/api/v1/query", params={"query": query}, timeout=10).json()
     rows = [(dict(r["metric"]), float(r["value"][1])) for r in body["data"]["result"]]
     return Recut(first, second, promql.parse_layer_costs(rows))
-
-
-def cluster_wait(probe: Any, what: str) -> Any:
-    deadline = time.monotonic() + JOB_SECONDS
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def slowest_stage(reference: list[float], speeds: list[float], cuts: Sequence[int]) -> float:

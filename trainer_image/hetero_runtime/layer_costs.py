@@ -15,9 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetero_runtime.strategies.base import preserved_state, synchronize
+from hetero_runtime.strategies.base import LossFn, preserved_state, synchronize
 
-LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 SAMPLE_SECONDS = 0.002  # each timing runs the layer often enough to last this long: clock and call noise
 TIMINGS = 7  # the fastest of these counts: a busy host only ever adds time to a run
 

@@ -252,7 +252,7 @@ class HetPipeStrategy:
         figure holds another rank's load), and exports them for the operator's stage cuts."""
         ctx = self.ctx
         samples = max(1, max(plan.local_batches))
-        inputs, targets = self.ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
+        inputs, targets = ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
         speed = ctx.simulator.speed if ctx.simulator.active else 1.0
         costs: list[float] = []
         for turn in range(ctx.world_size):

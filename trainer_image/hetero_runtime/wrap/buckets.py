@@ -84,12 +84,12 @@ class BucketedAllReduce:
         rank: int,
         world: int,
         cap: int = BUCKET_CAP_ELEMENTS,
-        first_cap: int | None = FIRST_BUCKET_CAP_ELEMENTS,
+        first_cap: int = FIRST_BUCKET_CAP_ELEMENTS,
     ) -> None:
         self.params = list(params)
         self.rank = rank
         self.world = world
-        layout = bucket_layout([p.numel() for p in self.params], cap, min(cap, first_cap or cap))
+        layout = bucket_layout([p.numel() for p in self.params], cap, min(cap, first_cap))
         self.buckets = [
             build_bucket(
                 [self.params[i] for i in members], members, world if number == len(layout) - 1 else 0
@@ -141,8 +141,7 @@ class BucketedAllReduce:
                 # |g|² of the unweighted gradient, without a temporary the size of the bucket.
                 square = payload.dot(payload) / (weight * weight)
                 self.local_sq = square if self.local_sq is None else self.local_sq + square
-        last = number == len(self.buckets) - 1
-        if last:
+        if number == len(self.buckets) - 1:
             # Every rank's |g_i|² rides in the last bucket: no collective of its own.
             norms = bucket.buffer[payload.numel() :]
             norms.zero_()
