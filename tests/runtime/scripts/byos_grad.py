@@ -1,10 +1,13 @@
 """A wrapped model and loader over 71 samples, global batch 70, split 40/21/9 by the plan: each epoch's
 step 1 is uneven, step 2 has one sample, which falls to rank 0 (ranks 1 and 2 compute on a stand-in
 whose gradient must count zero). Epoch 0 sets the gradients to None every step; epoch 1 accumulates
-both steps; epoch 2 zeroes them in place every step (they are views of the buckets then). The
-references are computed in float64 on one process from the data alone: the whole set's gradient g
-and the last sample's g₂ give step 1's, g₁ = (71·g − g₂)/70."""
+both steps; epoch 2 zeroes them in place every step (they are views of the buckets then). Then
+`no_sync()`: epoch 3 accumulates its uneven first step locally and synchronises at its one-sample
+second; epochs 4 and 5 are one accumulation, whose second step alone stays local (after a
+synchronised one). The references are computed in float64 on one process from the data alone: the
+whole set's gradient g and the last sample's g₂ give step 1's, g₁ = (71·g − g₂)/70."""
 
+import contextlib
 import copy
 import json
 import os
@@ -55,17 +58,22 @@ def keep_norms() -> object:
 
 model.reduce.finish = keep_norms  # type: ignore[method-assign]
 report = {"planned_batch": loader.local_batch, "gradient_scale": float(whole.abs().max())}
-for epoch, accumulate, set_to_none in ((0, False, True), (1, True, True), (2, False, False)):
+# (epoch, accumulate, set to None when zeroing (None: the epoch goes on accumulating), local steps)
+MODES = ((0, False, True, ()), (1, True, True, ()), (2, False, False, ()))
+MODES += ((3, True, True, (0,)), (4, True, False, (1,)), (5, True, None, ()))
+for epoch, accumulate, set_to_none, local_steps in MODES:
     lengths, grads, last = [], [], None
-    model.zero_grad(set_to_none=set_to_none)
+    if set_to_none is not None:
+        model.zero_grad(set_to_none=set_to_none)
     for x, y in loader:
         if not accumulate:
-            model.zero_grad(set_to_none=set_to_none)
+            model.zero_grad(set_to_none=bool(set_to_none))
         if epoch == 0 and not lengths:
             own = float(reference_gradient(x, y).square().sum())
             every_rank: list[float] = [0.0] * dist.get_world_size()
             dist.all_gather_object(every_rank, own)
-        functional.cross_entropy(model(x), y).backward()
+        with model.no_sync() if len(lengths) in local_steps else contextlib.nullcontext():
+            functional.cross_entropy(model(x), y).backward()
         lengths.append(len(x))
         grads.append(flat(model))
         last = (x, y)
@@ -81,7 +89,15 @@ for epoch, accumulate, set_to_none in ((0, False, True), (1, True, True), (2, Fa
             max(abs(a - b) for a, b in zip(norms.local_sq, every_rank, strict=True)) / scale
         )
         report["global_sq_diff"] = abs(norms.global_sq - float(first_step.square().sum())) / scale
-    if accumulate:
+    if epoch == 4:
+        diff = (grads[0] - first_step).abs().max()  # step 2 is local: no whole-batch gradient yet
+        before = first_step + last_step  # (each epoch's order differs: its own last sample)
+    elif epoch == 5:  # the accumulation epoch 4 began
+        diff = torch.maximum(
+            (grads[0] - (before + first_step)).abs().max(),
+            (grads[1] - (before + first_step + last_step)).abs().max(),
+        )
+    elif accumulate:
         diff = (grads[1] - (first_step + last_step)).abs().max()
     else:
         diff = torch.maximum((grads[0] - first_step).abs().max(), (grads[1] - last_step).abs().max())

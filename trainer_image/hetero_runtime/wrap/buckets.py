@@ -134,7 +134,8 @@ class BucketedAllReduce:
                 if grad is None:
                     view.zero_()  # unused in this pass: it adds nothing
                 elif _is_view(grad, view):
-                    view.mul_(weight)
+                    if weight != 1.0:  # (1.0: weighed already, as each accumulated pass arrived)
+                        view.mul_(weight)
                 else:
                     torch.mul(grad, weight, out=view)  # weighed on the way in: one pass, as DDP divides
             if self.measure:

@@ -4,13 +4,19 @@ By the end of each backward pass the gradients of all ranks are all-reduced with
 data strategy's synchronisation, in buckets that overlap backward), so `.grad` holds the gradient of
 the whole global batch, as a single process would compute it, however unevenly the plan split that
 batch. The user's loop then unscales, clips and steps as it always did.
+
+Gradient accumulation works as under DDP: backward passes inside `model.no_sync()` stay local, and
+the next one outside it synchronises their sum. Each pass is weighted by its own step's b_i/B before
+it is added, so the sum is exact even where the steps split the batch differently (an epoch's short
+last step, a new plan).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -57,6 +63,8 @@ class HeteroModel(nn.Module):
             self.params, self.session.rank, self.session.world_size, bucket_cap_elements
         )
         self._in_backward = False
+        self._skip_sync = False  # inside no_sync()
+        self._accumulating: list[torch.utils.hooks.RemovableHandle] = []  # weighting hooks of a window
         self.synchronized_steps = 0
         for index, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(partial(self._on_gradient, index))
@@ -64,19 +72,64 @@ class HeteroModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside stay on this rank (gradient accumulation); the first one after it
+        synchronises everything accumulated, as DDP's `no_sync` does. Under the local-step
+        strategies every gradient is local anyway: nothing changes."""
+        if self.session.local_steps:
+            yield
+            return
+        if not self._accumulating:
+            self._open_window()
+        self._skip_sync = True
+        try:
+            yield
+        finally:
+            self._skip_sync = False
+
+    def _open_window(self) -> None:
+        """From now until the next synchronised pass, each pass's gradient is weighted as it arrives.
+        A gradient already there is the same on every rank (synchronised before, or zero): the world
+        sums it back to itself once each rank holds 1/world of it."""
+        world = self.session.world_size
+        with torch.no_grad():
+            for param in self.params:
+                if param.grad is not None:
+                    param.grad.div_(world)
+        self._accumulating = [param.register_hook(self._weigh_incoming) for param in self.params]
+
+    def _weigh_incoming(self, grad: torch.Tensor) -> torch.Tensor:
+        local, sizes = self._weights(self.session.step)
+        if local == 0:
+            return torch.zeros_like(grad)  # a stand-in batch counts nothing, not even a non-finite value
+        return grad * (local / sum(sizes))
+
     def _on_gradient(self, index: int, _param: torch.Tensor) -> None:
         if self.session.local_steps:
             self._on_local_gradient()
             return
+        if self._skip_sync:
+            if not self._in_backward:
+                self._in_backward = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._after_unsynced_backward)
+            return
         if not self._in_backward:
             # The first gradient of this backward pass: weigh it, and have the engine call back
-            # once every gradient is accumulated.
+            # once every gradient is accumulated. After no_sync() passes, the hooks weighed them all.
             self._in_backward = True
-            local, sizes = self._weights(self.session.step)
-            measure = self.session.step is not None and self.synchronized_steps % self.noise_every == 0
-            self.reduce.begin(local / sum(sizes), measure)
+            if self._accumulating:
+                self.reduce.begin(1.0, measure=False)
+            else:
+                local, sizes = self._weights(self.session.step)
+                measure = self.session.step is not None and self.synchronized_steps % self.noise_every == 0
+                self.reduce.begin(local / sum(sizes), measure)
             torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
         self.reduce.ready(index)
+
+    def _after_unsynced_backward(self) -> None:
+        self._in_backward = False
+        self._record_local_timing()
 
     def _after_backward(self) -> None:
         self._in_backward = False
@@ -90,6 +143,9 @@ class HeteroModel(nn.Module):
         sync_start = time.perf_counter()
         norms = self.reduce.finish()
         comm = time.perf_counter() - sync_start
+        for handle in self._accumulating:
+            handle.remove()
+        self._accumulating = []
         self.synchronized_steps += 1
         if share is None or started is None:
             return  # the script feeds its own loader: even weights, and no per-step measurement
@@ -114,15 +170,20 @@ class HeteroModel(nn.Module):
 
     def _after_local_backward(self) -> None:
         self._in_backward = False
-        session = self.session
-        share, started = session.step, session.step_started
+        share = self.session.step
         if share is not None and share.local_batch == 0:
             # A stand-in sample (this rank has none in a short last step) must not move the model.
             for param in self.params:
                 if param.grad is not None:
                     param.grad.zero_()
-        synchronize(session.device)
         self.synchronized_steps += 1
+        self._record_local_timing()
+
+    def _record_local_timing(self) -> None:
+        """A pass with no synchronisation: its compute (stretched on a simulated slower device)."""
+        session = self.session
+        synchronize(session.device)
+        started = session.step_started
         if started is not None:
             compute = session.simulator.finish(started, time.perf_counter() - started.wall)
             session.pending_timing = (compute, time.perf_counter() - started.wall, 0.0)
