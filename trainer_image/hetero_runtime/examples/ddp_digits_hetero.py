@@ -110,6 +110,8 @@ def main() -> None:
     if rank == 0 and args.out is not None:
         metrics = {"accuracy": accuracy(model, test, device), "lr": scheduler.get_last_lr()[0]}
         args.out.write_text(json.dumps({**metrics, "scale": scaler.get_scale(), "world_size": world}))
+    # Leave together: a rank that tears gloo down while a peer still works may abort at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
 
