@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional
 from torch.utils.data import IterableDataset, TensorDataset
 
-from hetero_operator.plan import DreamDDPParams, Plan, SESGDParams, Strategy
+from hetero_operator.plan import DreamDDPParams, HetPipeParams, Plan, SESGDParams, Strategy
 from hetero_runtime.device import Placement
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.metrics import WorkerMetrics
@@ -25,7 +25,12 @@ from hetero_runtime.simulate import SpeedSimulator
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
 from hetero_runtime.wrap.buckets import bucket_layout
-from hetero_runtime.wrap.refusals import dataset_refusal, strategy_refusal, unmodified_script_refusal
+from hetero_runtime.wrap.refusals import (
+    dataset_refusal,
+    own_shuffle_refusal,
+    strategy_refusal,
+    unmodified_script_refusal,
+)
 
 POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
 
@@ -55,11 +60,18 @@ def test_a_local_rank_outside_the_host_is_refused_by_name() -> None:
 def test_strategies_the_wrapper_cannot_run_are_refused_with_the_fix() -> None:
     data = Plan(version=1, world_size=2, global_batch=8, local_batches=[5, 3])
     dream = data.model_copy(update={"strategy": Strategy.DREAMDDP, "dreamddp": DreamDDPParams(period=3)})
+    esync = data.model_copy(update={"strategy": Strategy.ESYNC})
     assert strategy_refusal(data) is None and strategy_refusal(dream) is None
-    message = strategy_refusal(data.model_copy(update={"strategy": Strategy.ESYNC}))
+    assert strategy_refusal(esync) is None
+    message = strategy_refusal(hetpipe_plan(data))
     assert message is not None
-    assert "'esync'" in message and "spec.parallelism.strategy: data" in message
+    assert "'hetpipe'" in message and "spec.parallelism.strategy: data" in message
     assert "TrainingJob" in message
+    # esync draws from each rank's own shuffle: a stream cannot give one.
+    assert own_shuffle_refusal(esync, indexed=True) is None
+    assert own_shuffle_refusal(dream, indexed=False) is None
+    stream = own_shuffle_refusal(esync, indexed=False)
+    assert stream is not None and "map-style dataset" in stream and "strategy: data" in stream
     # An unmodified DDP script synchronises every step: only `data` means what it does.
     assert unmodified_script_refusal(data) is None
     unported = unmodified_script_refusal(dream)
@@ -100,15 +112,25 @@ def test_wrapping_before_init_names_the_missing_call() -> None:
         Checkpoint(epochs=3)
 
 
+def hetpipe_plan(plan: Plan) -> Plan:
+    """`plan` as one pipeline of its ranks, cut after the first layer."""
+    ranks = list(range(plan.world_size))
+    cuts = [list(range(1, plan.world_size))]
+    params = HetPipeParams(virtual_workers=[ranks], stage_boundaries=cuts)
+    return plan.model_copy(update={"strategy": Strategy.HETPIPE, "hetpipe": params})
+
+
 def plan_file(directory: Path, strategy: Strategy) -> Path:
     plan = Plan(
         version=4,
-        strategy=strategy,
+        strategy=Strategy.DATA if strategy is Strategy.HETPIPE else strategy,
         world_size=1,
         global_batch=8,
         local_batches=[8],
         dreamddp=DreamDDPParams(period=3) if strategy is Strategy.DREAMDDP else None,
     )
+    if strategy is Strategy.HETPIPE:
+        plan = hetpipe_plan(plan)
     (directory / "plan.json").write_text(plan.to_json())
     return directory / "plan.json"
 
@@ -119,7 +141,7 @@ def test_init_refuses_a_strategy_it_cannot_run_even_without_a_loader(tmp_path: P
         **os.environ,
         "RANK": "0",
         "WORLD_SIZE": "1",
-        "HETEROTRAIN_PLAN_SOURCE": str(plan_file(tmp_path, Strategy.ESYNC)),
+        "HETEROTRAIN_PLAN_SOURCE": str(plan_file(tmp_path, Strategy.HETPIPE)),
     }
     done = subprocess.run(
         [sys.executable, "-c", "import hetero_runtime.wrap as heterotrain; heterotrain.init()"],
@@ -130,7 +152,7 @@ def test_init_refuses_a_strategy_it_cannot_run_even_without_a_loader(tmp_path: P
     )
     assert done.returncode != 0
     assert "WrapperError" in done.stderr and "spec.parallelism.strategy: data" in done.stderr
-    assert "'esync'" in done.stderr
+    assert "'hetpipe'" in done.stderr
 
 
 def test_worker_command_refuses_a_non_data_plan_before_running_the_script(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The ported digits script, its loop unchanged, under the local-step strategies: each rank steps on its
 own planned share and the wrapper averages the parameters after every step (sesgd: in shuffled groups;
-dreamddp: the layers of the step's phase). Both reach the accuracy the script reaches under `data`."""
+dreamddp: the layers of the step's phase) or at the end of each round (esync: rounds whose step count
+per rank follows its speed). All reach the accuracy the script reaches under `data`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from tests.runtime.spawn import run_ranks
+from tests.runtime.test_byos import TRAIN_SAMPLES
 
 import hetero_runtime.examples.ddp_digits_hetero as ported_example
-from hetero_operator.plan import DreamDDPParams, Plan, SESGDParams, Strategy
+from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams, Strategy
 
 PORTED = str(Path(ported_example.__file__))
 EPOCHS = 3
@@ -19,7 +21,9 @@ ACCURACY = 0.9  # the data strategy's run of the same script reaches 0.9 or more
 pytestmark = pytest.mark.timeout(200)
 
 
-def run_ported(tmp_path: Path, plan: Plan) -> tuple[float, list[dict[str, object]]]:
+def run_ported(
+    tmp_path: Path, plan: Plan, speeds: list[float] | None = None
+) -> tuple[float, list[dict[str, object]]]:
     (tmp_path / "plan.json").write_text(plan.to_json())
     out = tmp_path / "out.json"
     results = run_ranks(
@@ -34,6 +38,7 @@ def run_ported(tmp_path: Path, plan: Plan) -> tuple[float, list[dict[str, object
         rank_env=lambda rank: {
             "LOCAL_RANK": str(rank),
             "HETEROTRAIN_RESULT_FILE": str(tmp_path / f"rank-{rank}.json"),
+            **({"HETEROTRAIN_SIMULATED_SPEED": str(speeds[rank])} if speeds else {}),
         },
         args=["--epochs", str(EPOCHS), "--out", str(out)],
     )
@@ -45,6 +50,7 @@ def check_planned_shares(plan: Plan, results: list[dict[str, object]]) -> None:
         epochs = result["epochs"]
         assert isinstance(epochs, list) and len(epochs) == EPOCHS
         assert [e["local_batch"] for e in epochs] == [plan.local_batches[rank]] * EPOCHS
+        assert [e["strategy"] for e in epochs] == [plan.strategy.value] * EPOCHS
 
 
 def test_sesgd_through_the_wrapper_reaches_the_data_accuracy(tmp_path: Path) -> None:
@@ -73,6 +79,37 @@ def test_dreamddp_through_the_wrapper_reaches_the_data_accuracy(tmp_path: Path) 
     accuracy, results = run_ported(tmp_path, plan)
     check_planned_shares(plan, results)
     assert accuracy >= ACCURACY
+
+
+def test_esync_through_the_wrapper_gives_the_faster_ranks_more_local_steps(tmp_path: Path) -> None:
+    speeds = [1.0, 0.5, 0.25]
+    plan = Plan(
+        version=1,
+        strategy=Strategy.ESYNC,
+        world_size=3,
+        global_batch=96,
+        local_batches=[32, 32, 32],
+        esync=ESyncParams(),
+    )
+    accuracy, results = run_ported(tmp_path, plan, speeds)
+    check_planned_shares(plan, results)
+    assert accuracy >= ACCURACY
+    totals = [0, 0, 0]
+    for epoch in range(EPOCHS):
+        steps = [r["epochs"][epoch]["steps"] for r in results]  # type: ignore[index]
+        totals = [t + k for t, k in zip(totals, steps, strict=True)]
+        samples = [r["epochs"][epoch]["samples"] for r in results]  # type: ignore[index]
+        rounds = results[0]["epochs"][epoch]["extra"]["rounds"]  # type: ignore[index]
+        # The slowest rank takes one step a round (ESync's rule; in at most two rounds a delay of the
+        # host's may make another rank look slower), and a faster rank never takes fewer.
+        assert rounds <= steps[2] <= rounds + 2, (steps, rounds)
+        assert steps[0] >= steps[1] >= steps[2], steps
+        # The rounds together use at least an epoch of samples and stop at the first round past it: a
+        # round of the speeds' 4 + 2 + 1 steps of 32 (twice that, for the host's noise).
+        assert TRAIN_SAMPLES <= sum(samples) < TRAIN_SAMPLES + 2 * 32 * 7, samples
+    # At four times the slowest rank's speed, rank 0 takes three or four steps a round on a quiet
+    # host; at least 1.5 on one three times overloaded, where every step also waits on the service.
+    assert totals[0] >= 1.5 * totals[2], totals
 
 
 def test_step_end_averaging_follows_the_strategies_schedules(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def average_deltas(buffer: torch.Tensor, world_size: int, round_index: int, seco
         ) from err
 
 
-class _OwnStream:
+class OwnStream:
     """This worker's endless stream of minibatch indices for one epoch."""
 
     def __init__(self, dataset_size: int, seed: int, epoch: int, rank: int) -> None:
@@ -90,7 +90,7 @@ class ESyncStrategy:
         if ctx.world_size > 1:
             broadcast_model(ctx.model)
         self.apply_plan(plan)
-        self.service, self.client = connect_state_service(ctx, self.params_config)
+        self.service, self.client = connect_state_service(ctx.env, self.params_config)
         # RUN-BATCH-DATA-TEST: every worker reports a measured step time before the first round.
         local_batch = plan.local_batches[ctx.rank]
         batch = ctx.batch(np.arange(local_batch))
@@ -111,7 +111,7 @@ class ESyncStrategy:
     def calibrate(self, plan: Plan) -> dict[str, float]:
         return calibrate_step(self.ctx, plan.global_batch // plan.world_size, with_optimizer_step=True)
 
-    def _local_steps(self, stream: _OwnStream, local_batch: int) -> tuple[int, float, float]:
+    def _local_steps(self, stream: OwnStream, local_batch: int) -> tuple[int, float, float]:
         """Local steps until the state service says READY: (steps, summed loss, compute seconds)."""
         ctx = self.ctx
         assert self.client is not None
@@ -136,7 +136,7 @@ class ESyncStrategy:
         assert self.client is not None
         ctx.model.train()
         dataset_size = ctx.sampler.dataset_size
-        stream = _OwnStream(dataset_size, ctx.env.seed, position.epoch, ctx.rank)
+        stream = OwnStream(dataset_size, ctx.env.seed, position.epoch, ctx.rank)
         local_batch = plan.local_batches[ctx.rank]
         consumed = position.consumed
         totals = StepTotals()

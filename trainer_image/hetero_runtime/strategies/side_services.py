@@ -13,6 +13,7 @@ from hetero_operator.plan import ESyncParams, HetPipeParams
 from hetero_runtime.esync_service import StateClient, start_service_process
 from hetero_runtime.hetpipe_ps import ParameterServerClient, start_server_process
 from hetero_runtime.job_peers import JobPeers, own_address
+from hetero_runtime.launcher import WorkerEnv
 from hetero_runtime.strategies.base import WorkerContext
 
 
@@ -27,9 +28,9 @@ def gather_peers(own: str, rank: int, world_size: int) -> JobPeers:
     return JobPeers(str(holder[0]), tuple(str(a) for a in addresses))
 
 
-def _peers(ctx: WorkerContext) -> tuple[JobPeers, str]:
-    own = own_address(ctx.env.pod_ip, ctx.env.master_addr)
-    return gather_peers(own, ctx.rank, ctx.world_size), own
+def _peers(env: WorkerEnv) -> tuple[JobPeers, str]:
+    own = own_address(env.pod_ip, env.master_addr)
+    return gather_peers(own, env.rank, env.world_size), own
 
 
 def shared_port(port: int, rank: int, world_size: int) -> int:
@@ -42,18 +43,18 @@ def shared_port(port: int, rank: int, world_size: int) -> int:
 
 
 def connect_state_service(
-    ctx: WorkerContext, params: ESyncParams
+    env: WorkerEnv, params: ESyncParams
 ) -> tuple[subprocess.Popen[bytes] | None, StateClient]:
     """Rank 0 starts ESync's state service (on the plan's port, or one the system chooses); every
-    rank connects to it."""
-    peers, own = _peers(ctx)
+    rank connects to it (all ranks call it)."""
+    peers, own = _peers(env)
     process, port = None, params.state_service_port
-    if ctx.rank == 0:
+    if env.rank == 0:
         process, port = start_service_process(
-            peers, peers.addresses[0], port, ctx.world_size, params.margin_seconds
+            peers, peers.addresses[0], port, env.world_size, params.margin_seconds
         )
-    port = shared_port(port, ctx.rank, ctx.world_size)
-    client = StateClient(peers.addresses[0], port, own, ctx.rank, peers.token)
+    port = shared_port(port, env.rank, env.world_size)
+    client = StateClient(peers.addresses[0], port, own, env.rank, peers.token)
     return process, client
 
 
@@ -61,7 +62,7 @@ def connect_parameter_server(
     ctx: WorkerContext, params: HetPipeParams
 ) -> tuple[subprocess.Popen[bytes] | None, ParameterServerClient]:
     """Rank 0 starts HetPipe's parameter server (on a port the system chooses); every rank connects."""
-    peers, own = _peers(ctx)
+    peers, own = _peers(ctx.env)
     process, port = None, 0
     if ctx.rank == 0:
         stages = [len(vw) for vw in params.virtual_workers]

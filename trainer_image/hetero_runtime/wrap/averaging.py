@@ -25,7 +25,8 @@ from hetero_runtime.strategies.dreamddp import layers_in_backward_order
 from hetero_runtime.strategies.group_ring import group_ring_sum
 from hetero_runtime.strategies.sesgd import GroupSchedule
 
-LOCAL_STEP_STRATEGIES = frozenset({Strategy.SESGD, Strategy.DREAMDDP})
+LOCAL_STEP_STRATEGIES = frozenset({Strategy.SESGD, Strategy.DREAMDDP, Strategy.ESYNC})
+"""Each rank steps on its own gradient (`esync` averages at the end of its rounds, see `esync_rounds`)."""
 
 
 class ParameterAveraging(Protocol):

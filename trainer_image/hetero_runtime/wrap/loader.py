@@ -21,8 +21,9 @@ from hetero_runtime.device import to_device
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.prefetch import staged
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler, step_sizes
+from hetero_runtime.strategies.esync import OwnStream
 from hetero_runtime.trainer import default_plan
-from hetero_runtime.wrap.refusals import dataset_refusal, is_stream
+from hetero_runtime.wrap.refusals import dataset_refusal, is_stream, own_shuffle_refusal
 from hetero_runtime.wrap.report import EpochRecord, RunRecord
 from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
 from hetero_runtime.wrap.stream import stream_steps
@@ -75,11 +76,8 @@ class HeteroDataLoader:
         env = self.session.env
         self.stream = is_stream(dataset)
         # A stream's order is its own (the same on every rank): only indexed datasets are shuffled here.
-        self.sampler = (
-            None
-            if self.stream
-            else UnevenBatchSampler(len(dataset), env.rank, env.seed if seed is None else seed)
-        )
+        self.seed = env.seed if seed is None else seed
+        self.sampler = None if self.stream else UnevenBatchSampler(len(dataset), env.rank, self.seed)
         self.position = SamplerPosition(0, 0)
         self.record = RunRecord(env.rank, env.world_size)
         # Read now, so that len(loader) and local_batch hold before the first epoch (a OneCycleLR
@@ -150,26 +148,36 @@ class HeteroDataLoader:
         session.metrics.set_epoch(epoch)
         started, samples, steps = time.perf_counter(), 0, 0
         rank = session.rank
-        steps_ahead = self._batches(plan.local_batches)
-        if self.move_to_device:
-            device, pin = session.device, self.pin_memory
-            steps_ahead = staged(steps_ahead, lambda step: (step[0], to_device(step[1], device, pin)), device)
-        for sizes, batch in steps_ahead:
-            self._finish_step()
-            session.step = StepShare(sizes[rank], sizes)
-            session.step_started = session.simulator.begin()
-            # Counted as consumed once handed out: a checkpoint the script saves after this step's
-            # optimizer step resumes after it.
-            self.position = SamplerPosition(epoch, self.position.consumed + sum(sizes))
-            samples += sizes[rank]
-            steps += 1
-            yield batch
+        if plan.strategy is Strategy.ESYNC:
+            rounds_before = session.esync_rounds(plan).round if self.sampler is not None else 0
+            for local, batch in self._esync_steps(plan):
+                samples += local
+                steps += 1
+                yield batch
+            extra = {"rounds": float(session.esync_rounds(plan).round - rounds_before)}
+        else:
+            steps_ahead = self._batches(plan.local_batches)
+            if self.move_to_device:
+                device, pin = session.device, self.pin_memory
+                steps_ahead = staged(
+                    steps_ahead, lambda step: (step[0], to_device(step[1], device, pin)), device
+                )
+            for sizes, batch in steps_ahead:
+                self._finish_step()
+                session.step = StepShare(sizes[rank], sizes)
+                session.step_started = session.simulator.begin()
+                # Counted as consumed once handed out: a checkpoint the script saves after this step's
+                # optimizer step resumes after it.
+                self.position = SamplerPosition(epoch, self.position.consumed + sum(sizes))
+                samples += sizes[rank]
+                steps += 1
+                yield batch
+            extra = {}
         self._finish_step()
         session.step = session.step_started = None
         averaging = session.step_averaging()
         if averaging is not None:
             averaging.end_epoch()  # one model again for evaluation, checkpoints and the next plan
-        extra = {}
         estimate = session.noise.estimate
         if estimate is not None:
             extra["gradient_noise_scale"] = estimate.noise_scale
@@ -182,9 +190,42 @@ class HeteroDataLoader:
             steps,
             time.perf_counter() - started,
             extra,
+            plan.strategy.value,
         )
         self.position = SamplerPosition(epoch + 1, 0)
         self.record.epoch_done(record, session.env.epochs, session.env.result_file)
+
+    def _esync_steps(self, plan: Plan) -> Iterator[tuple[int, Any]]:
+        """`esync`: this rank's planned batch per step from its own shuffle, until the rounds together
+        have used an epoch's samples. The position moves at each round's end only: a checkpoint saved
+        inside a round resumes at the round's start (see `esync_rounds`)."""
+        session, epoch = self.session, self.position.epoch
+        refusal = own_shuffle_refusal(plan, self.sampler is not None)
+        if refusal is not None:
+            raise WrapperError(refusal)
+        rounds = session.esync_rounds(plan)
+        local = plan.local_batches[session.rank]
+        size = len(self.dataset)
+        stream = OwnStream(size, self.seed, epoch, session.rank)
+        collate = self.collate_fn or default_collate
+        while self.position.consumed < size:
+            batch = collate([self.dataset[int(i)] for i in stream.take(local)])
+            if self.move_to_device:
+                batch = to_device(batch, session.device, self.pin_memory)
+            session.step = StepShare(local, plan.local_batches)
+            started = session.step_started = session.simulator.begin()
+            yield local, batch
+            # The script's step is over (its optimizer step too): another, or the round's end.
+            compute = session.pending_timing[0] if session.pending_timing is not None else 0.0
+            session.pending_timing = None
+            step_seconds = time.perf_counter() - started.wall
+            used = rounds.after_step(step_seconds, local)
+            total = time.perf_counter() - started.wall
+            session.metrics.record_step(StepRecord(compute, step_seconds, total - step_seconds, total, local))
+            if used is not None:
+                session.metrics.set_local_steps(rounds.last_round_steps)
+                self.position = SamplerPosition(epoch, self.position.consumed + used)
+            session.step = session.step_started = None
 
     def _finish_step(self) -> None:
         """End the step just done, once its optimizer step is over too: the local-step strategies'

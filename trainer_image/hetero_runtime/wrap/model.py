@@ -162,8 +162,8 @@ class HeteroModel(nn.Module):
         if self.session.step is None:
             strategy = self.session.plan.strategy.value if self.session.plan else "?"
             raise WrapperError(
-                f"strategy {strategy!r} averages the parameters after every step the loader hands out: feed "
-                "the model from heterotrain.HeteroDataLoader (or set spec.parallelism.strategy: data)"
+                f"strategy {strategy!r} averages the parameters as the loader's steps end: feed the model "
+                "from heterotrain.HeteroDataLoader (or set spec.parallelism.strategy: data)"
             )
         self._in_backward = True
         torch.autograd.Variable._execution_engine.queue_callback(self._after_local_backward)

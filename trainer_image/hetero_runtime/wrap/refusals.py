@@ -8,13 +8,13 @@ from torch.utils.data import IterableDataset
 
 from hetero_operator.plan import Plan, Strategy
 
-WRAPPED_STRATEGIES = (Strategy.DATA, Strategy.SESGD, Strategy.DREAMDDP)
-"""What a loop of the script's own can run: a synchronous step, or a local step then averaging."""
+WRAPPED_STRATEGIES = (Strategy.DATA, Strategy.SESGD, Strategy.DREAMDDP, Strategy.ESYNC)
+"""What a loop of the script's own can run: a synchronous step, or local steps then averaging."""
 
 
 def strategy_refusal(plan: Plan) -> str | None:
-    """`esync` and `hetpipe` change what a step is (rounds of different step counts per rank, a model
-    cut into pipeline stages): they need the runtime's loop."""
+    """`hetpipe` changes what a step is (a model cut into pipeline stages): it needs the runtime's
+    loop."""
     if plan.strategy in WRAPPED_STRATEGIES:
         return None
     names = ", ".join(s.value for s in WRAPPED_STRATEGIES)
@@ -41,6 +41,17 @@ def unmodified_script_refusal(plan: Plan) -> str | None:
         f"plan version {plan.version} runs strategy {plan.strategy.value!r}, but `heterotrain worker -- CMD` "
         "runs an unmodified DDP script, which synchronises every step as the 'data' strategy does: set "
         f"spec.parallelism.strategy: data, or {port} to use {plan.strategy.value!r}"
+    )
+
+
+def own_shuffle_refusal(plan: Plan, indexed: bool) -> str | None:
+    """`esync` draws each rank's minibatches from the rank's own shuffle, so it needs indices."""
+    if plan.strategy is not Strategy.ESYNC or indexed:
+        return None
+    return (
+        f"plan version {plan.version} runs strategy 'esync', which draws each rank's minibatches from its "
+        "own shuffle of an indexed dataset, but the loader reads a stream: give HeteroDataLoader a "
+        "map-style dataset (__len__ and __getitem__), or set spec.parallelism.strategy: data"
     )
 
 

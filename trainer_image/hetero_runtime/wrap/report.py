@@ -19,6 +19,7 @@ class EpochRecord:
     steps: int
     wall_seconds: float
     extra: dict[str, float] = field(default_factory=dict)
+    strategy: str = "data"  # the plan's: how this epoch's steps were synchronised
 
 
 @dataclass

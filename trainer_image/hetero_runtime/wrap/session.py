@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetero_operator.plan import Plan, Strategy
+from hetero_operator.plan import ESyncParams, Plan, Strategy
 from hetero_runtime.device import Placement, place_worker
 from hetero_runtime.gns import NoiseTracker
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
@@ -24,6 +24,7 @@ from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source
 from hetero_runtime.simulate import SpeedSimulator, Stopwatch
 from hetero_runtime.trainer import default_plan
 from hetero_runtime.wrap.averaging import LOCAL_STEP_STRATEGIES, ParameterAveraging, averaging_for
+from hetero_runtime.wrap.esync_rounds import ESyncRounds
 from hetero_runtime.wrap.refusals import strategy_refusal
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Session:
     _averaging_version: int | None = None
     _restored_averaging_steps: int = 0  # from a checkpoint: where the averaging schedule resumes
     _averaging_pending: bool = False  # the checkpoint was saved before its last step's averaging
+    _rounds: ESyncRounds | None = None
 
     @property
     def local_steps(self) -> bool:
@@ -79,6 +81,22 @@ class Session:
             self._averaging = averaging_for(self.model, plan, self.rank, steps)
             self._averaging_version = plan.version
         return self._averaging
+
+    def esync_rounds(self, plan: Plan) -> ESyncRounds:
+        """The job's `esync` rounds (the state service starts with the first; its settings stay)."""
+        if self._rounds is None:
+            if self.model is None:
+                raise WrapperError(
+                    "strategy 'esync' averages the model's parameters at the end of every round: wrap the "
+                    "model in heterotrain.HeteroModel(model) before the loader hands out a batch"
+                )
+            self._rounds = ESyncRounds(self.env, self.model, plan.esync or ESyncParams())
+        return self._rounds
+
+    def close(self) -> None:
+        if self._rounds is not None:
+            self._rounds.close()
+            self._rounds = None
 
     @property
     def rank(self) -> int:
@@ -225,8 +243,13 @@ def current_session() -> Session:
 
 
 def close() -> None:
-    """Leave the job: tear the process group down. Optional; the process's exit does it too."""
+    """Leave the job: tear the process group down, all ranks together (a rank that tears gloo down
+    while a peer still works may abort at exit). Optional; the process's exit does it too."""
     global _session
+    if _session is not None:
+        _session.close()
     if dist.is_initialized():
+        if dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
     _session = None
