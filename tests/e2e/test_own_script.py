@@ -1,7 +1,8 @@
 """A training script of the user's own, live: the operator's pods run `heterotrain worker -- python
 SCRIPT` on three local process nodes of speeds 1, 0.5 and 0.25. The plain DDP script trains with an
 even split; its port trains with the plan the operator published (split by the classes' priors); the
-port under a non-data strategy fails with the message that names the fix."""
+port under a non-data strategy fails with the message that names the fix when `heterotrain worker --`
+launches it, and trains under `dreamddp` and `esync` when it is the pod's command itself."""
 
 from __future__ import annotations
 
@@ -23,11 +24,16 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 EPOCHS = 3
 
 
-def script_job(name: str, namespace: str, module: str, strategy: str = "data") -> dict[str, Any]:
+def script_job(
+    name: str, namespace: str, module: str, strategy: str = "data", *, launcher: bool = True
+) -> dict[str, Any]:
     # Process nodes run the pod's command on this host with this environment (the image is not
     # pulled). The script goes by module name: a host path under a directory the pod mounts (such as
-    # a checkout in /tmp) would be read as the pod's own.
-    command = ["heterotrain", "worker", "--", "python", "-m", module, "--epochs", str(EPOCHS)]
+    # a checkout in /tmp) would be read as the pod's own. Without the launcher the script is the
+    # command: its heterotrain.init() reads the pod's environment itself.
+    command = ["python", "-m", module, "--epochs", str(EPOCHS)]
+    if launcher:
+        command = ["heterotrain", "worker", "--", *command]
     parallelism: dict[str, Any] = {"strategy": strategy}
     return {
         "apiVersion": "heterotrain.io/v1alpha1",
@@ -80,3 +86,41 @@ def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> 
     assert refused.phase("dream") == "Failed"
     dream_run = worker_run(bed, namespace, "dream", 0, 0)
     assert dream_run is not None and "spec.parallelism.strategy: data" in dream_run.log
+
+
+def last_accuracy(log: str) -> float:
+    """The accuracy rank 0 printed after its last epoch ("epoch N: loss L accuracy A")."""
+    lines = [line for line in log.splitlines() if line.startswith(f"epoch {EPOCHS}: loss")]
+    assert lines, log[-2000:]
+    return float(lines[-1].rsplit(" ", 1)[1])
+
+
+# (sesgd runs the same path; in-process in tests/runtime/test_byos_strategies.py, as it takes two
+# minutes here: each step's ring waits on ranks slowed to 1/8 and 1/16.)
+@pytest.mark.parametrize("strategy", ["dreamddp", "esync"])
+def test_the_port_trains_under_the_local_step_strategies_in_the_operators_pods(
+    bed: Testbed, tmp_path: Path, strategy: str
+) -> None:
+    namespace = f"own-{strategy}-{uuid.uuid4().hex[:6]}"
+    bed.kubectl("create", "namespace", namespace)
+    cluster = Cluster(str(bed.kubeconfig), namespace)
+    operator = OperatorProcess(bed, tmp_path / "operator.log")
+    operator.start()
+    try:
+        cluster.apply(script_job("port", namespace, ported_example.__name__, strategy, launcher=False))
+        final = cluster.until(lambda s: s.phase("port") in ("Succeeded", "Failed"), 300, "the port to end")
+    finally:
+        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
+        operator.stop()
+    assert final.phase("port") == "Succeeded", worker_run(bed, namespace, "port", 0, 0)
+    plan = status(final.jobs["port"])["plan"]
+    assert len(set(plan["localBatches"])) > 1, plan
+    rank_zero = worker_run(bed, namespace, "port", 0, 0)
+    assert rank_zero is not None
+    # Rank 0 trained every epoch under the strategy, with its share of the operator's uneven plan.
+    progress = rank_zero.progress()
+    assert [line["epoch"] for line in progress] == list(range(1, EPOCHS + 1))
+    assert all(line["strategy"] == strategy for line in progress), progress
+    assert all(line["local_batch"] == plan["localBatches"][0] for line in progress), progress
+    # The accuracy the same script reaches under `data` in one process (test_byos.py holds it to 0.9).
+    assert last_accuracy(rank_zero.log) >= 0.9

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hetero_operator import metric_names as names
+from hetero_operator.plan import LOCAL_WORLD_SIZE_ENV
 from hetero_runtime.launcher import WorkerEnv, WorkerEnvError
 
-LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"
-"""Workers on this host. A pod holds one worker (1, the default); `run-local` puts them all on one."""
+__all__ = ["LOCAL_WORLD_SIZE_ENV", "local_world_size", "torchrun_environment"]
 
 
 def local_world_size(environ: Mapping[str, str], local_rank: int) -> int:

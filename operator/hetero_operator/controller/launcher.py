@@ -182,8 +182,10 @@ def worker_env(
         metric_names.JOB_NAME_ENV: job.name,
         metric_names.GPU_CLASS_ENV: worker.gpu_class,
         contract.PRECISION_ENV: job.spec.precision.value,
-        # A pod sees only its own GPUs: its first visible device is its own.
+        # A pod sees only its own GPUs: its first visible device is its own. With LOCAL_WORLD_SIZE, a
+        # script that reads torchrun's variables runs as the pod's command itself.
         contract.LOCAL_RANK_ENV: "0",
+        contract.LOCAL_WORLD_SIZE_ENV: "1",
         contract.POD_ANNOTATIONS_FILE_ENV: f"{names.PODINFO_MOUNT_DIR}/{names.PODINFO_ANNOTATIONS_FILE}",
     }
     if job.spec.checkpoint is not None:

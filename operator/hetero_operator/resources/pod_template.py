@@ -55,6 +55,7 @@ RESERVED_ENV = (
     metric_names.GPU_CLASS_ENV,
     contract.PRECISION_ENV,
     contract.LOCAL_RANK_ENV,
+    contract.LOCAL_WORLD_SIZE_ENV,
     contract.POD_ANNOTATIONS_FILE_ENV,
     "POD_IP",
 )
