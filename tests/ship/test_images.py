@@ -66,7 +66,8 @@ def test_images_run_as_non_root_with_the_expected_entrypoints() -> None:
     operator, trainer = parse(OPERATOR), parse(TRAINER)
     assert operator.entrypoint == ("heterotrain", "operator")
     assert install_extras(operator.install_target) == ()
-    assert install_extras(trainer.install_target) == ("runtime",)
+    # The runtime, and what its examples import (the Hugging Face one: transformers).
+    assert install_extras(trainer.install_target) == ("runtime", "examples")
     for dockerfile in (OPERATOR, TRAINER):
         users = [line.split()[1] for line in dockerfile.read_text().splitlines() if line.startswith("USER ")]
         assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
@@ -75,9 +76,10 @@ def test_images_run_as_non_root_with_the_expected_entrypoints() -> None:
 def test_entrypoints_run_in_fresh_environments_built_like_the_images(tmp_path: Path) -> None:
     wheel = build_project_wheel(REPO_ROOT, tmp_path / "wheel")
     operator_needs = {Requirement(r).name for r in requirements(wheel, (), frozenset())}
-    trainer_needs = {Requirement(r).name for r in requirements(wheel, ("runtime",), frozenset())}
+    trainer_extras = install_extras(parse(TRAINER).install_target)
+    trainer_needs = {Requirement(r).name for r in requirements(wheel, trainer_extras, frozenset())}
     assert "torch" not in operator_needs and "kopf" in operator_needs
-    assert {"torch", "scikit-learn"} <= trainer_needs
+    assert {"torch", "scikit-learn", "transformers"} <= trainer_needs
     images = {OPERATOR: tmp_path / "operator-venv", TRAINER: tmp_path / "trainer-venv"}
 
     def build(dockerfile: Path) -> Path:

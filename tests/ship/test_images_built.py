@@ -96,9 +96,11 @@ def test_the_operator_image_answers_readyz_against_the_testbed(
     assert metrics.status_code == 200 and "heterotrain" in metrics.text
 
 
-def test_the_trainer_image_trains_digits_as_non_root_on_a_read_only_root(
-    built_images: dict[str, str], container_engine: Engine, tmp_path: Path
-) -> None:
+def run_in_trainer_image(
+    engine: Engine, image: str, tmp_path: Path, env: dict[str, str], script: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`script` (sh) as the image's user, restricted as the operator runs its workers, with one rank's
+    environment and a plan of one worker at /etc/heterotrain/plan; /tmp is the returned folder."""
     plan_dir, scratch = tmp_path / "plan", tmp_path / "scratch"
     plan_dir.mkdir()
     scratch.mkdir()
@@ -111,12 +113,9 @@ def test_the_trainer_image_trains_digits_as_non_root_on_a_read_only_root(
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
         "HETEROTRAIN_PLAN_SOURCE": "/etc/heterotrain/plan/plan.json",
-        "HETEROTRAIN_EPOCHS": "5",
-        "HETEROTRAIN_RESULT_FILE": "/tmp/result.json",
         "GLOO_SOCKET_IFNAME": "lo",
+        **env,
     }
-    # The probe runs in the worker's own container, just before it: / must refuse a write.
-    probe = "if touch /probe 2>/dev/null; then exit 90; fi; id -u > /tmp/uid; exec heterotrain worker digits"
     argv = [
         "podman",
         "run",
@@ -127,14 +126,40 @@ def test_the_trainer_image_trains_digits_as_non_root_on_a_read_only_root(
         f"--mount=type=bind,source={scratch},destination=/tmp",
         *(f"--env={key}={value}" for key, value in env.items()),
         '--entrypoint=["/bin/sh", "-c"]',
-        built_images["trainer"],
-        probe,
+        image,
+        script,
     ]
-    run = subprocess.run(argv, env=container_engine.env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(argv, env=engine.env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.returncode, run.stdout[-3000:], run.stderr[-3000:])
+    return run, scratch
+
+
+def test_the_trainer_image_trains_digits_as_non_root_on_a_read_only_root(
+    built_images: dict[str, str], container_engine: Engine, tmp_path: Path
+) -> None:
+    env = {"HETEROTRAIN_EPOCHS": "5", "HETEROTRAIN_RESULT_FILE": "/tmp/result.json"}
+    # The probe runs in the worker's own container, just before it: / must refuse a write.
+    probe = "if touch /probe 2>/dev/null; then exit 90; fi; id -u > /tmp/uid; exec heterotrain worker digits"
+    _, scratch = run_in_trainer_image(container_engine, built_images["trainer"], tmp_path, env, probe)
     assert (scratch / "uid").read_text().strip() == "1000"
     result_file = scratch / "result.json"
     assert result_file.stat().st_uid == 1000, "written by the image's user"
     result = json.loads(result_file.read_text())
     assert len(result["epochs"]) == 5
     assert result["final_evaluation"]["accuracy"] >= 0.90
+
+
+def test_the_trainer_image_runs_the_hugging_face_example_through_the_worker(
+    built_images: dict[str, str], container_engine: Engine, tmp_path: Path
+) -> None:
+    # A user's script, as `command: [python, -m, ...]` in a job runs it: transformers is in the image.
+    script = (
+        "exec heterotrain worker -- python -m hetero_runtime.examples.hf_causal_lm "
+        "--epochs 3 --sentences 200 --out /tmp/hf.json"
+    )
+    _, scratch = run_in_trainer_image(container_engine, built_images["trainer"], tmp_path, {}, script)
+    metrics = json.loads((scratch / "hf.json").read_text())
+    assert metrics["vocabulary"] == 26 and metrics["world_size"] == 1
+    # It learned the corpus beyond a uniform guess over its letters (ln 26), from about that.
+    assert metrics["initial_loss"] > 0.95 * metrics["uniform_loss"]
+    assert metrics["held_out_loss"] < 0.85 * metrics["uniform_loss"], metrics
