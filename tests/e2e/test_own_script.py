@@ -7,12 +7,14 @@ launches it, and trains under `dreamddp` and `esync` when it is the pod's comman
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.operator.live import OperatorProcess
-from tests.reliability.faults_cluster import Cluster, status
+from tests.reliability.faults_cluster import Cluster, Snapshot, status
 from tests.reliability.faults_training import worker_run
 
 import hetero_runtime.examples.ddp_digits as plain_example
@@ -53,26 +55,35 @@ def script_job(
     }
 
 
-def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> None:
-    namespace = f"own-{uuid.uuid4().hex[:6]}"
+@contextmanager
+def operator_on_a_namespace(bed: Testbed, tmp_path: Path, prefix: str) -> Iterator[tuple[str, Cluster]]:
+    """A fresh namespace and an operator running; its jobs are deleted and the operator stopped after."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     bed.kubectl("create", "namespace", namespace)
-    cluster = Cluster(str(bed.kubeconfig), namespace)
     operator = OperatorProcess(bed, tmp_path / "operator.log")
     operator.start()
     try:
-        cluster.apply(script_job("plain", namespace, plain_example.__name__))
-        final = cluster.until(lambda s: s.phase("plain") in ("Succeeded", "Failed"), 300, "plain to end")
-        assert final.phase("plain") == "Succeeded", worker_run(bed, namespace, "plain", 0, 0)
-        cluster.apply(script_job("ported", namespace, ported_example.__name__))
-        final = cluster.until(lambda s: s.phase("ported") in ("Succeeded", "Failed"), 300, "ported to end")
-        assert final.phase("ported") == "Succeeded", worker_run(bed, namespace, "ported", 0, 0)
-        plan = status(final.jobs["ported"])["plan"]
-        dream = script_job("dream", namespace, ported_example.__name__, strategy="dreamddp")
-        cluster.apply(dream)
-        refused = cluster.until(lambda s: s.phase("dream") in ("Succeeded", "Failed"), 300, "dream to end")
+        yield namespace, Cluster(str(bed.kubeconfig), namespace)
     finally:
         bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
         operator.stop()
+
+
+def run_to_end(cluster: Cluster, job: dict[str, Any]) -> Snapshot:
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    return cluster.until(lambda s: s.phase(name) in ("Succeeded", "Failed"), 300, f"{name} to end")
+
+
+def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> None:
+    with operator_on_a_namespace(bed, tmp_path, "own") as (namespace, cluster):
+        final = run_to_end(cluster, script_job("plain", namespace, plain_example.__name__))
+        assert final.phase("plain") == "Succeeded", worker_run(bed, namespace, "plain", 0, 0)
+        final = run_to_end(cluster, script_job("ported", namespace, ported_example.__name__))
+        assert final.phase("ported") == "Succeeded", worker_run(bed, namespace, "ported", 0, 0)
+        plan = status(final.jobs["ported"])["plan"]
+        dream = script_job("dream", namespace, ported_example.__name__, strategy="dreamddp")
+        refused = run_to_end(cluster, dream)
     plain_log = worker_run(bed, namespace, "plain", 0, 0)
     assert plain_log is not None and f"epoch {EPOCHS}: loss" in plain_log.log
     # The port trained every epoch with rank 0's share of the operator's uneven plan.
@@ -101,17 +112,9 @@ def last_accuracy(log: str) -> float:
 def test_the_port_trains_under_the_local_step_strategies_in_the_operators_pods(
     bed: Testbed, tmp_path: Path, strategy: str
 ) -> None:
-    namespace = f"own-{strategy}-{uuid.uuid4().hex[:6]}"
-    bed.kubectl("create", "namespace", namespace)
-    cluster = Cluster(str(bed.kubeconfig), namespace)
-    operator = OperatorProcess(bed, tmp_path / "operator.log")
-    operator.start()
-    try:
-        cluster.apply(script_job("port", namespace, ported_example.__name__, strategy, launcher=False))
-        final = cluster.until(lambda s: s.phase("port") in ("Succeeded", "Failed"), 300, "the port to end")
-    finally:
-        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
-        operator.stop()
+    with operator_on_a_namespace(bed, tmp_path, f"own-{strategy}") as (namespace, cluster):
+        port = script_job("port", namespace, ported_example.__name__, strategy, launcher=False)
+        final = run_to_end(cluster, port)
     assert final.phase("port") == "Succeeded", worker_run(bed, namespace, "port", 0, 0)
     plan = status(final.jobs["port"])["plan"]
     assert len(set(plan["localBatches"])) > 1, plan
