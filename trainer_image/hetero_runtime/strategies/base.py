@@ -242,6 +242,11 @@ def average_model(model: nn.Module, world_size: int) -> None:
         copy_from_flat(tensors, flat)
 
 
+def flat_parameters(params: Sequence[nn.Parameter]) -> torch.Tensor:
+    """The parameters' values end to end (a copy)."""
+    return torch.cat([p.data.reshape(-1) for p in params])
+
+
 def flat_gradients(params: Sequence[nn.Parameter]) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
 

@@ -32,6 +32,7 @@ from hetero_runtime.strategies.base import (
     apply_learning_rate_scale,
     average_model,
     broadcast_model,
+    flat_parameters,
     forward_loss,
     preserved_state,
     synchronize,
@@ -160,7 +161,7 @@ class DreamDDPStrategy:
             forward, backward = self._measure_layers(samples)
         comm = []
         for params in self.layer_params:
-            flat = torch.cat([p.data.reshape(-1) for p in params])
+            flat = flat_parameters(params)
             t0 = time.perf_counter()
             for _ in range(PROFILE_STEPS):
                 if ctx.world_size > 1:
@@ -212,7 +213,7 @@ class DreamDDPStrategy:
         """How many of `layers` differ anywhere across ranks (max == min elementwise otherwise)."""
         differing = 0
         for layer in layers:
-            flat = torch.cat([p.data.reshape(-1) for p in self.layer_params[layer]])
+            flat = flat_parameters(self.layer_params[layer])
             high, low = flat.clone(), flat.clone()
             dist.all_reduce(high, op=dist.ReduceOp.MAX)
             dist.all_reduce(low, op=dist.ReduceOp.MIN)

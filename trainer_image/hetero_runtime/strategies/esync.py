@@ -31,6 +31,7 @@ from hetero_runtime.strategies.base import (
     broadcast_model,
     calibrate_step,
     copy_from_flat,
+    flat_parameters,
     forward_loss,
     synchronize,
     trainable,
@@ -55,6 +56,26 @@ def average_deltas(buffer: torch.Tensor, world_size: int, round_index: int, seco
             f"esync round {round_index} was not averaged within roundTimeoutSeconds: a worker is lost or "
             f"stalled ({err})"
         ) from err
+
+
+def end_round(
+    params: list[nn.Parameter],
+    start: torch.Tensor,
+    riders: list[float],
+    config: ESyncParams,
+    world_size: int,
+    round_index: int,
+    seconds_left: float,
+) -> list[float]:
+    """w ← w_start + ϵ·mean(Δ_i) in place, the same model on every rank; `riders` (numbers each rank
+    adds) are summed over the ranks in the same all-reduce and returned."""
+    with torch.no_grad():
+        delta = flat_parameters(params) - start
+        buffer = torch.cat([delta, delta.new_tensor(riders)])
+        average_deltas(buffer, world_size, round_index, seconds_left)
+        scale = config.global_learning_rate / world_size
+        copy_from_flat(params, start + scale * buffer[: -len(riders)])
+        return [float(x) for x in buffer[-len(riders) :].tolist()]
 
 
 class OwnStream:
@@ -145,21 +166,21 @@ class ESyncStrategy:
         stopped_at = None
         while consumed < dataset_size:
             with torch.no_grad():
-                start_weights = torch.cat([p.data.reshape(-1) for p in self.params])
+                start_weights = flat_parameters(self.params)
             round_started = time.perf_counter()
             k, round_loss, compute = self._local_steps(stream, local_batch)
             sync_start = time.perf_counter()
-            with torch.no_grad():
-                delta = torch.cat([p.data.reshape(-1) for p in self.params]) - start_weights
-                stop = 1.0 if ctx.stop.requested() else 0.0
-                buffer = torch.cat([delta, delta.new_tensor([k * local_batch, round_loss / k, stop])])
-                seconds_left = self.params_config.round_timeout_seconds - (
-                    time.perf_counter() - round_started
-                )
-                average_deltas(buffer, ctx.world_size, self.round, seconds_left)
-                scale = self.params_config.global_learning_rate / ctx.world_size
-                copy_from_flat(self.params, start_weights + scale * buffer[:-3])
-                round_samples, loss_total, stops = buffer[-3:].tolist()
+            stop = 1.0 if ctx.stop.requested() else 0.0
+            seconds_left = self.params_config.round_timeout_seconds - (time.perf_counter() - round_started)
+            round_samples, loss_total, stops = end_round(
+                self.params,
+                start_weights,
+                [k * local_batch, round_loss / k, stop],
+                self.params_config,
+                ctx.world_size,
+                self.round,
+                seconds_left,
+            )
             self.round += 1
             self.client.reset(ctx.rank, self.round)
             comm = time.perf_counter() - sync_start

@@ -30,6 +30,7 @@ from hetero_runtime.strategies.base import (
     broadcast_model,
     calibrate_step,
     copy_from_flat,
+    flat_parameters,
     forward_loss,
     synchronize,
     trainable,
@@ -79,7 +80,7 @@ class SESGDStrategy:
     def _average_in_group(self, members: list[int]) -> float:
         """Replace the parameters by their group mean; returns |Δ Σ_ranks params| when verifying."""
         with torch.no_grad():
-            flat = torch.cat([p.data.reshape(-1) for p in self.params])
+            flat = flat_parameters(self.params)
             before = self._world_sum(flat) if self.verify else None
             group_ring_sum(flat, members, self.ctx.rank)
             flat.div_(len(members))

@@ -20,7 +20,7 @@ from torch import nn
 
 from hetero_operator.plan import Plan, Strategy
 from hetero_operator.planner.dreamddp import phase_of_step, schedule
-from hetero_runtime.strategies.base import average_model, copy_from_flat, trainable
+from hetero_runtime.strategies.base import average_model, copy_from_flat, flat_parameters, trainable
 from hetero_runtime.strategies.dreamddp import layers_in_backward_order
 from hetero_runtime.strategies.group_ring import group_ring_sum
 from hetero_runtime.strategies.sesgd import GroupSchedule
@@ -51,7 +51,7 @@ class GroupAveraging:
         if self.world > 1:
             members = self.schedule.members_of(self.steps, self.rank)
             with torch.no_grad():
-                flat = torch.cat([p.data.reshape(-1) for p in self.params])
+                flat = flat_parameters(self.params)
                 group_ring_sum(flat, members, self.rank)
                 flat.div_(len(members))
                 copy_from_flat(self.params, flat)

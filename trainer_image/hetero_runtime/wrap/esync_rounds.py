@@ -15,20 +15,14 @@ import atexit
 import subprocess
 import time
 
-import torch
 from torch import nn
 
 from hetero_operator.plan import ESyncParams
 from hetero_runtime.esync_service import StateClient
 from hetero_runtime.launcher import WorkerEnv
-from hetero_runtime.strategies.base import broadcast_model, copy_from_flat, trainable
-from hetero_runtime.strategies.esync import average_deltas
+from hetero_runtime.strategies.base import broadcast_model, flat_parameters, trainable
+from hetero_runtime.strategies.esync import end_round
 from hetero_runtime.strategies.side_services import connect_state_service
-
-
-def flat_parameters(params: list[nn.Parameter]) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([p.data.reshape(-1) for p in params])
 
 
 class ESyncRounds:
@@ -66,21 +60,23 @@ class ESyncRounds:
 
     def _end_round(self) -> int:
         assert self.client is not None
-        with torch.no_grad():
-            delta = flat_parameters(self.params) - self.start
-            buffer = torch.cat([delta, delta.new_tensor([float(self.round_samples)])])
-            elapsed = time.perf_counter() - self.round_started
-            average_deltas(buffer, self.world, self.round, self.config.round_timeout_seconds - elapsed)
-            scale = self.config.global_learning_rate / self.world
-            copy_from_flat(self.params, self.start + scale * buffer[:-1])
+        elapsed = time.perf_counter() - self.round_started
+        (used,) = end_round(
+            self.params,
+            self.start,
+            [float(self.round_samples)],
+            self.config,
+            self.world,
+            self.round,
+            self.config.round_timeout_seconds - elapsed,
+        )
         self.round += 1
         self.client.reset(self.rank, self.round)
-        used = round(float(buffer[-1]))
         self.last_round_steps = self.steps
         self.steps, self.round_samples = 0, 0
         self.round_started = time.perf_counter()
         self.start = flat_parameters(self.params)
-        return used
+        return round(used)
 
     def close(self) -> None:
         if self.client is not None:

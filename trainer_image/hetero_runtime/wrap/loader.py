@@ -23,6 +23,7 @@ from hetero_runtime.prefetch import staged
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler, step_sizes
 from hetero_runtime.strategies.esync import OwnStream
 from hetero_runtime.trainer import default_plan
+from hetero_runtime.wrap.esync_rounds import ESyncRounds
 from hetero_runtime.wrap.refusals import dataset_refusal, is_stream, own_shuffle_refusal
 from hetero_runtime.wrap.report import EpochRecord, RunRecord
 from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
@@ -149,12 +150,16 @@ class HeteroDataLoader:
         started, samples, steps = time.perf_counter(), 0, 0
         rank = session.rank
         if plan.strategy is Strategy.ESYNC:
-            rounds_before = session.esync_rounds(plan).round if self.sampler is not None else 0
-            for local, batch in self._esync_steps(plan):
+            refusal = own_shuffle_refusal(plan, self.sampler is not None)
+            if refusal is not None:
+                raise WrapperError(refusal)
+            rounds = session.esync_rounds(plan)
+            rounds_before = rounds.round
+            for local, batch in self._esync_steps(plan, rounds):
                 samples += local
                 steps += 1
                 yield batch
-            extra = {"rounds": float(session.esync_rounds(plan).round - rounds_before)}
+            extra = {"rounds": float(rounds.round - rounds_before)}
         else:
             steps_ahead = self._batches(plan.local_batches)
             if self.move_to_device:
@@ -195,15 +200,11 @@ class HeteroDataLoader:
         self.position = SamplerPosition(epoch + 1, 0)
         self.record.epoch_done(record, session.env.epochs, session.env.result_file)
 
-    def _esync_steps(self, plan: Plan) -> Iterator[tuple[int, Any]]:
+    def _esync_steps(self, plan: Plan, rounds: ESyncRounds) -> Iterator[tuple[int, Any]]:
         """`esync`: this rank's planned batch per step from its own shuffle, until the rounds together
         have used an epoch's samples. The position moves at each round's end only: a checkpoint saved
         inside a round resumes at the round's start (see `esync_rounds`)."""
         session, epoch = self.session, self.position.epoch
-        refusal = own_shuffle_refusal(plan, self.sampler is not None)
-        if refusal is not None:
-            raise WrapperError(refusal)
-        rounds = session.esync_rounds(plan)
         local = plan.local_batches[session.rank]
         size = len(self.dataset)
         stream = OwnStream(size, self.seed, epoch, session.rank)
