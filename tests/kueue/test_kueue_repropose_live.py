@@ -34,8 +34,11 @@ def test_a_workload_waiting_too_long_is_replaced_by_the_mix_the_unused_quota_adm
     assert [(p["name"], p["count"]) for p in first["spec"]["podSets"]] == [("fast", 2)], "the best mix first"
 
     def replaced() -> list[dict[str, Any]] | None:
+        # The end of the replacement, not a moment inside it (the new Workload may exist before the
+        # old one is gone): one Workload, another than the first.
         found = workloads(kueue_jobs, "waiter")
-        return found if [w["metadata"]["name"] for w in found] != [first["metadata"]["name"]] else None
+        names = [w["metadata"]["name"] for w in found]
+        return found if len(names) == 1 and names != [first["metadata"]["name"]] else None
 
     found = wait_for(replaced, REACTS + REPROPOSE_SECONDS, "the waiter's Workload replaced")
     names = [w["metadata"]["name"] for w in found]
