@@ -79,9 +79,15 @@ def gpu_classes() -> list[dict[str, Any]]:
     return [*examples, fake]
 
 
-def kwok_job(name: str, namespace: str, gpus: int, max_restarts: int = 2) -> dict[str, Any]:
-    """A HeteroTrainJob for the fake nodes; its pods end when annotated with an exit code."""
-    return {
+START_DELAY_ANNOTATION = "testbed.heterotrain.io/start-delay"  # see the test bed's KWOK stages
+
+
+def kwok_job(
+    name: str, namespace: str, gpus: int, max_restarts: int = 2, start_delay: str | None = None
+) -> dict[str, Any]:
+    """A HeteroTrainJob for the fake nodes; its pods end when annotated with an exit code, and start
+    `start_delay` (a Go duration) after they are bound, as a kubelet's pull and start would make them."""
+    body: dict[str, Any] = {
         "apiVersion": "heterotrain.io/v1alpha1",
         "kind": "HeteroTrainJob",
         "metadata": {"name": name, "namespace": namespace},
@@ -95,6 +101,9 @@ def kwok_job(name: str, namespace: str, gpus: int, max_restarts: int = 2) -> dic
             "restartPolicy": {"maxRestarts": max_restarts, "backoffSeconds": 0},
         },
     }
+    if start_delay is not None:
+        body["spec"]["template"] = {"metadata": {"annotations": {START_DELAY_ANNOTATION: start_delay}}}
+    return body
 
 
 def start_bed(root: Path, local: bool) -> Testbed:

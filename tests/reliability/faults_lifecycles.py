@@ -74,8 +74,9 @@ class Lifecycle:
     phases_seen: list[str] = field(default_factory=list)
     kills: int = 0  # operator kills while this lifecycle was under way
 
-    def manifest(self, namespace: str) -> dict[str, Any]:
-        body = kwok_job(self.name, namespace, gpus=2, max_restarts=1 if self.kind is Kind.FAIL_OUT else 2)
+    def manifest(self, namespace: str, start_delay: str | None = None) -> dict[str, Any]:
+        max_restarts = 1 if self.kind is Kind.FAIL_OUT else 2
+        body = kwok_job(self.name, namespace, gpus=2, max_restarts=max_restarts, start_delay=start_delay)
         if self.kind in (Kind.FAIL_ONCE, Kind.FAIL_OUT):
             body["spec"]["restartPolicy"]["backoffSeconds"] = RESTART_BACKOFF
         return body

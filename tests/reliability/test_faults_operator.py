@@ -54,6 +54,9 @@ MAX_LIFECYCLES = 160  # jobs are started as others end, up to this many
 MIX = (Kind.SUCCEED, Kind.FAIL_ONCE, Kind.FAIL_OUT, Kind.SUSPEND, Kind.DELETE)
 IN_FLIGHT = 24  # jobs of 2 GPUs: 48 GPUs asked of the 40 fake ones, so some always wait
 GRACE_SECONDS = 4.0  # the operator's checkpoint grace: how long a suspended job drains
+# Pods start this long after they are bound, as a kubelet's pull and start make them. Without it a
+# fake pod runs at once and Starting can pass between two polls, so kills aimed at it miss.
+START_DELAY = "1500ms"
 READY = "indexes ready"  # what the operator logs once it works on jobs
 KILL_SECONDS = 330.0  # the kills stop here even if fewer were made (at least 50 must be)
 WIND_DOWN_SECONDS = 90.0  # then every lifecycle has this long to end
@@ -144,7 +147,7 @@ def test_operator_killed_in_every_phase_of_job_lifecycles(  # type: ignore[no-un
                 aim.started(now)
             while winding_down is None and pending and len(active) < IN_FLIGHT:
                 life = pending.popleft()
-                cluster.apply(life.manifest(namespace))
+                cluster.apply(life.manifest(namespace, START_DELAY))
                 life.applied_at = now
                 active.append(life)
                 lives.append(life)
@@ -213,7 +216,8 @@ def test_operator_killed_in_every_phase_of_job_lifecycles(  # type: ignore[no-un
             f"({aim.fallbacks} landed in another phase than the one aimed at, after {aim.patience:g} s "
             f"without it; {aim.startup_kills} while the operator was still starting up); restarted "
             f"{aim.down[0]:g}-{aim.down[1]:g} s after each kill (seed {SEED}); {len(lives)} KWOK job "
-            f"lifecycles ({summary(lives)}), {IN_FLIGHT} of 2 GPUs at a time on 40 GPUs; backoff "
+            f"lifecycles ({summary(lives)}), {IN_FLIGHT} of 2 GPUs at a time on 40 GPUs; pods start "
+            f"{START_DELAY} after binding; backoff "
             f"{RESTART_BACKOFF} s, checkpoint grace {GRACE_SECONDS:g} s; {elapsed:.0f} s"
         ),
         trials=len(kills),

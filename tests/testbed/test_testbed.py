@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,23 @@ def test_fake_pods_run_and_finish_by_annotation(
         lambda: (p := _get(testbed, "pod", "p", "-n", namespace))["status"]["phase"] == phase and p
     )
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == int(code)
+
+
+def test_fake_pod_starts_after_the_delay_it_is_annotated_with(testbed: Testbed, namespace: str) -> None:
+    delayed = _fake_pod("slow-start", "gpu-fast-0", {"testbed.heterotrain.io/start-delay": "4s"})
+    testbed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(delayed))
+    time.sleep(1.5)
+    assert _get(testbed, "pod", "slow-start", "-n", namespace)["status"].get("phase") == "Pending"
+    pod = _eventually(
+        lambda: (
+            (p := _get(testbed, "pod", "slow-start", "-n", namespace))["status"].get("phase") == "Running"
+            and p
+        )
+    )
+    created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
+    started = datetime.fromisoformat(pod["status"]["startTime"])
+    # Both are truncated to the second, so 4 s of delay shows as at least 3.
+    assert (started - created).total_seconds() >= 3
 
 
 def test_prometheus_answers_a_query(testbed: Testbed) -> None:
