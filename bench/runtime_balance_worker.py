@@ -32,7 +32,7 @@ from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
 from hetero_runtime.calibration import common_costs
 from hetero_runtime.simulate import SpeedSimulator, Stopwatch, per_sample_seconds
-from hetero_runtime.strategies.data import synchronize_gradients
+from hetero_runtime.strategies.data import gradient_reducer, synchronize_gradients
 
 
 def conv_net(channels: int) -> nn.Sequential:
@@ -64,6 +64,7 @@ class Worker:
         self.model = seeded_model(lambda: conv_net(32), torch.device("cpu"))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.params = list(self.model.parameters())
+        self.reducer = gradient_reducer(self.params, self.rank, self.world)
         self.global_batch, self.chunk = config["global_batch"], config["micro_batch"]
         self.data = torch.randn(self.global_batch, 8, config["length"])
         self.labels = torch.randint(0, 10, (self.global_batch,))
@@ -139,7 +140,9 @@ class Worker:
             step_start = time.perf_counter()
             local_loss, compute, cpu = self.compute(b)
             sync = time.perf_counter()
-            synchronize_gradients(self.params, b, self.global_batch, local_loss, self.rank, self.world)
+            synchronize_gradients(
+                self.params, b, self.global_batch, local_loss, self.rank, self.world, reducer=self.reducer
+            )
             comm = time.perf_counter() - sync
             self.optimizer.step()
             computes.append(compute)

@@ -19,7 +19,7 @@ from torch.nn import functional
 from bench_workers import gather, join_gloo, seeded_model, step_means, worker_entry
 from hetero_runtime.device import to_device
 from hetero_runtime.prefetch import staged
-from hetero_runtime.strategies.data import synchronize_gradients
+from hetero_runtime.strategies.data import gradient_reducer, synchronize_gradients
 from runtime_balance_worker import conv_net, phase_report, rounds
 from runtime_real_hetero import proportional
 
@@ -39,6 +39,7 @@ class RealWorker:
         self.model = seeded_model(lambda: conv_net(config["channels"]), self.device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.params = list(self.model.parameters())
+        self.reducer = gradient_reducer(self.params, self.rank, self.world)
         self.global_batch = config["global_batch"]
         self.data = torch.randn(self.global_batch, 8, config["length"])
         self.labels = torch.randint(0, 10, (self.global_batch,))
@@ -107,7 +108,9 @@ class RealWorker:
             step_start = time.perf_counter()
             loss, compute = self.compute(batches)
             sync = time.perf_counter()
-            synchronize_gradients(self.params, b, self.global_batch, loss, self.rank, self.world)
+            synchronize_gradients(
+                self.params, b, self.global_batch, loss, self.rank, self.world, reducer=self.reducer
+            )
             self.sync()
             comm = time.perf_counter() - sync
             self.optimizer.step()
@@ -130,7 +133,13 @@ class RealWorker:
             dist.barrier()
             started = time.perf_counter()
             synchronize_gradients(
-                self.params, split[self.rank], self.global_batch, 0.0, self.rank, self.world
+                self.params,
+                split[self.rank],
+                self.global_batch,
+                0.0,
+                self.rank,
+                self.world,
+                reducer=self.reducer,
             )
             self.sync()
             times.append(time.perf_counter() - started)

@@ -24,7 +24,7 @@ from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.simulate import SpeedSimulator
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
-from hetero_runtime.wrap.buckets import bucket_layout
+from hetero_runtime.wrap.buckets import BucketedAllReduce, bucket_layout
 from hetero_runtime.wrap.refusals import (
     dataset_refusal,
     own_shuffle_refusal,
@@ -182,6 +182,28 @@ def test_buckets_take_the_last_parameters_first_and_keep_large_ones_whole() -> N
     assert bucket_layout([4, 3, 2, 1], cap=4) == [[3, 2], [1], [0]]
     assert bucket_layout([10, 1], cap=4) == [[1], [0]]  # a parameter above the cap has its own
     assert bucket_layout([1, 1, 1], cap=100) == [[2, 1, 0]]
+
+
+def test_one_rank_buckets_carry_the_riders_and_zero_the_gradients_in_place() -> None:
+    layer = nn.Linear(3, 2)
+    params = list(layer.parameters())
+    reduce = BucketedAllReduce(params, rank=0, world=1, cap=4, first_cap=4, riders=2)
+    with pytest.raises(ValueError, match="1 values for 2 rider slots"):
+        reduce.begin(0.5, measure=True, riders=(1.0,))
+    reduce.begin(0.5, measure=True, riders=(torch.tensor(3.0), 1.0))
+    layer(torch.ones(1, 3)).sum().backward()
+    expected = [p.grad.clone() * 0.5 for p in params]  # type: ignore[union-attr]
+    for index in range(len(params)):
+        reduce.ready(index)
+    reduced = reduce.finish()
+    assert reduced.riders == [3.0, 1.0]
+    assert reduced.norms is not None and reduced.norms.local_sq == [
+        pytest.approx(sum(float(e.square().sum()) * 4 for e in expected))
+    ]
+    assert all(torch.equal(p.grad, e) for p, e in zip(params, expected, strict=True))  # type: ignore[arg-type]
+    views = [p.grad for p in params]
+    reduce.zero_gradients()
+    assert all(p.grad is v and not v.any() for p, v in zip(params, views, strict=True))  # type: ignore[union-attr]
 
 
 # --- heterotrain.Checkpoint, one process (no process group needed) --------------------------------

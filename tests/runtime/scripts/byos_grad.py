@@ -51,9 +51,9 @@ finish = model.reduce.finish
 
 
 def keep_norms() -> object:
-    norms = finish()
-    measured.append(norms)
-    return norms
+    reduced = finish()
+    measured.append(reduced.norms)
+    return reduced
 
 
 model.reduce.finish = keep_norms  # type: ignore[method-assign]

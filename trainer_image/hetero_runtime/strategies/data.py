@@ -2,8 +2,9 @@
 
 Every rank computes the mean gradient g_i of its b_i samples; the ranks all-reduce r_i·g_i with
 r_i = b_i/B, so the update is exactly the one a single process would make on the whole global batch.
-The same all-reduce carries each rank's |g_i|² and weighted loss, from which the gradient noise scale
-is estimated without extra messages.
+The all-reduce is the wrapper's (`wrap/buckets.py`): buckets that leave while backward still runs,
+the last one carrying each rank's |g_i|² (for the gradient noise scale), the weighted loss and a stop
+vote, so a step costs no message beyond the gradients' own.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from hetero_operator.plan import Plan
@@ -29,12 +30,13 @@ from hetero_runtime.strategies.base import (
     apply_learning_rate_scale,
     broadcast_model,
     calibrate_step,
-    flat_gradients,
     forward_loss,
-    set_gradients_from_flat,
     synchronize,
     trainable,
 )
+from hetero_runtime.wrap.buckets import BucketedAllReduce, Reduced
+
+RIDERS = 2  # the weighted loss, the stop vote
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,25 @@ class SyncResult:
     local_sq_norms: list[float]  # |g_i|² of every rank (unscaled)
     global_sq_norm: float  # |g|² after synchronisation (unscaled)
     stop: bool = False  # some rank asked to stop after this step
+
+
+def gradient_reducer(params: Sequence[nn.Parameter], rank: int, world: int) -> BucketedAllReduce:
+    """The buckets of the data strategy's all-reduce, with its two riders."""
+    return BucketedAllReduce(params, rank, world, riders=RIDERS)
+
+
+def sync_result(reduced: Reduced, loss_scale: float) -> SyncResult:
+    """Under fp16 loss scaling the gradients carry the scale S, the same on every rank (a power of
+    two, so scaling is exact); the norms are reported without it."""
+    assert reduced.norms is not None, "the data strategy measures the norms on every step"
+    unscale = 1.0 / (loss_scale * loss_scale)
+    loss, stop = reduced.riders
+    return SyncResult(
+        loss=loss,
+        local_sq_norms=[x * unscale for x in reduced.norms.local_sq],
+        global_sq_norm=reduced.norms.global_sq * unscale,
+        stop=stop > 0,
+    )
 
 
 def synchronize_gradients(
@@ -54,30 +75,17 @@ def synchronize_gradients(
     world: int,
     loss_scale: float = 1.0,
     stop: bool = False,
+    reducer: BucketedAllReduce | None = None,
 ) -> SyncResult:
-    """All-reduce Σ (b_i/B)·g_i into every rank's .grad, plus the norms, the loss and a stop vote riding
-    along. Under fp16 loss scaling the gradients carry the scale S, the same on every rank (a power of
-    two, so scaling is exact): the sum is S·Σ (b_i/B)·g_i, and the norms are reported without S."""
+    """The data strategy's all-reduce, Σ (b_i/B)·g_i into every rank's .grad, for gradients computed
+    already (the strategy itself sends its buckets during backward). Pass the same `reducer` every
+    step to keep its buffers."""
+    reducer = reducer or gradient_reducer(params, rank, world)
     weight = local_batch / global_batch
-    grads = flat_gradients(params)
-    extras = torch.zeros(world + 2, dtype=grads.dtype, device=grads.device)
-    if local_batch > 0:
-        extras[rank] = grads.square().sum()
-    extras[world] = local_loss * weight
-    extras[world + 1] = 1.0 if stop else 0.0
-    buffer = torch.cat([grads.mul_(weight), extras])
-    if world > 1:
-        dist.all_reduce(buffer)
-    count = buffer.numel() - world - 2
-    set_gradients_from_flat(params, buffer[:count])
-    unscale = 1.0 / (loss_scale * loss_scale)
-    summary = torch.cat([buffer[count:], buffer[:count].square().sum().reshape(1)]).tolist()
-    return SyncResult(
-        loss=summary[world],
-        local_sq_norms=[x * unscale for x in summary[:world]],
-        global_sq_norm=summary[-1] * unscale,
-        stop=summary[world + 1] > 0,
-    )
+    reducer.begin(weight, measure=True, riders=(local_loss * weight, 1.0 if stop else 0.0))
+    for index in range(len(reducer.params)):
+        reducer.ready(index)
+    return sync_result(reducer.finish(), loss_scale)
 
 
 class DataStrategy:
@@ -88,6 +96,14 @@ class DataStrategy:
         self.ctx = ctx
         self.params = trainable(ctx.model)
         self.noise = NoiseTracker()
+        self.reduce = gradient_reducer(self.params, ctx.rank, ctx.world_size)
+        self._backward_sends = False  # only the step's own backward sends buckets (not calibration's)
+        for index, param in enumerate(self.params):
+            param.register_post_accumulate_grad_hook(partial(self._on_gradient, index))
+
+    def _on_gradient(self, index: int, _param: torch.Tensor) -> None:
+        if self._backward_sends:
+            self.reduce.ready(index)
 
     def start(self, plan: Plan) -> None:
         if self.ctx.world_size > 1:
@@ -100,16 +116,24 @@ class DataStrategy:
     def calibrate(self, plan: Plan) -> dict[str, float]:
         return calibrate_step(self.ctx, plan.global_batch // plan.world_size)
 
-    def _compute(self, batch: Any) -> float:
-        """Forward and backward of this rank's samples (scaled under fp16); the unscaled mean loss."""
+    def _compute(self, batch: Any, local_batch: int, global_batch: int, stop: bool) -> None:
+        """Forward and backward of this rank's samples (scaled under fp16), the buckets leaving as
+        backward fills them. A rank with no samples in this step sends zeros."""
         ctx = self.ctx
-        for p in self.params:
-            p.grad = None
+        weight = local_batch / global_batch
+        self.reduce.zero_gradients()
+        vote = 1.0 if stop else 0.0
         if batch is None:
-            return 0.0
+            self.reduce.begin(0.0, measure=True, riders=(0.0, vote))
+            return
         loss = forward_loss(ctx.model, ctx.loss_fn, batch, ctx.amp)
-        ctx.amp.backward(loss)
-        return float(loss.detach())
+        # The loss rides as a tensor: reading it here would wait for the device before backward.
+        self.reduce.begin(weight, measure=True, riders=(loss.detach().float() * weight, vote))
+        self._backward_sends = True
+        try:
+            ctx.amp.backward(loss)
+        finally:
+            self._backward_sends = False
 
     def run_epoch(self, position: SamplerPosition, plan: Plan) -> EpochStats:
         ctx = self.ctx
@@ -131,20 +155,11 @@ class DataStrategy:
                 break
             step, batch = fetched
             local_batch = step.sizes[ctx.rank]
-            local_loss = self._compute(batch)
+            self._compute(batch, local_batch, sum(step.sizes), ctx.stop.requested())
             synchronize(ctx.device)
             compute = ctx.simulator.finish(watch, ctx.full_speed_seconds("step", local_batch))
             sync_start = time.perf_counter()
-            result = synchronize_gradients(
-                self.params,
-                local_batch,
-                sum(step.sizes),
-                local_loss,
-                ctx.rank,
-                ctx.world_size,
-                loss_scale=ctx.amp.loss_scale,
-                stop=ctx.stop.requested(),
-            )
+            result = sync_result(self.reduce.finish(), ctx.amp.loss_scale)
             comm = time.perf_counter() - sync_start
             if ctx.amp.step(ctx.optimizer):
                 self.noise.update(estimate_noise(step.sizes, result.local_sq_norms, result.global_sq_norm))

@@ -8,13 +8,15 @@ back and no buffer allocated per step. Where the script sets the gradients to No
 autograd makes new ones, and each is copied into its bucket once.
 
 The gradient noise scale needs |g_i|² of each rank and |g|² of the sum: on the steps that measure it,
-the buckets add up the squares on their way and the last bucket carries the ranks' norms along.
+the buckets add up the squares on their way and the last bucket carries the ranks' norms along. The
+last bucket also carries `riders`: values summed over the ranks with no collective of their own (the
+runtime's weighted loss and its stop vote).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 import torch
@@ -55,9 +57,18 @@ class Norms:
 
 
 @dataclass(frozen=True)
+class Reduced:
+    """What one synchronised pass brought back besides the gradients."""
+
+    norms: Norms | None  # on a measuring pass
+    riders: list[float] = field(default_factory=list)  # each rider's sum over the ranks
+
+
+@dataclass(frozen=True)
 class Bucket:
     members: list[int]  # parameter indices, in the layout's order
     buffer: torch.Tensor  # the members' gradients end to end, then (last bucket only) a slot per rank
+    # and one per rider
     payload: torch.Tensor  # the gradients' part of `buffer`
     views: list[torch.Tensor]  # per member: its part of `payload`, shaped like the parameter
 
@@ -85,15 +96,16 @@ class BucketedAllReduce:
         world: int,
         cap: int = BUCKET_CAP_ELEMENTS,
         first_cap: int = FIRST_BUCKET_CAP_ELEMENTS,
+        riders: int = 0,
     ) -> None:
         self.params = list(params)
         self.rank = rank
         self.world = world
+        self.rider_count = riders
         layout = bucket_layout([p.numel() for p in self.params], cap, min(cap, first_cap))
+        last = len(layout) - 1
         self.buckets = [
-            build_bucket(
-                [self.params[i] for i in members], members, world if number == len(layout) - 1 else 0
-            )
+            build_bucket([self.params[i] for i in members], members, world + riders if number == last else 0)
             for number, members in enumerate(layout)
         ]
         self.bucket_of = {index: b for b, bucket in enumerate(self.buckets) for index in bucket.members}
@@ -109,11 +121,27 @@ class BucketedAllReduce:
         self.in_flight: list[tuple[Bucket, dist.Work | None]] = []
         self.weight = 0.0
         self.measure = False
+        self.riders: Sequence[float | torch.Tensor] = ()
         self.local_sq: torch.Tensor | None = None
 
-    def begin(self, weight: float, measure: bool) -> None:
+    def begin(self, weight: float, measure: bool, riders: Sequence[float | torch.Tensor] = ()) -> None:
+        """A pass whose gradients count `weight`; `riders` (a number each, or a one-element tensor,
+        which costs no wait for the device) are summed over the ranks with the last bucket."""
+        if len(riders) != self.rider_count:
+            raise ValueError(f"begin(riders=...): {len(riders)} values for {self.rider_count} rider slots")
         self.weight = weight
         self.measure = measure
+        self.riders = riders
+
+    def zero_gradients(self) -> None:
+        """Zero every gradient for the next pass: in place where it is a view of its bucket (no new
+        memory), set to None where it is not."""
+        for bucket in self.buckets:
+            bucket.payload.zero_()
+            for index, view in zip(bucket.members, bucket.views, strict=True):
+                grad = self.params[index].grad
+                if grad is not None and not _is_view(grad, view):
+                    self.params[index].grad = None
 
     def ready(self, index: int) -> None:
         """Parameter `index` has its gradient: send every bucket, in order, that is now complete."""
@@ -143,28 +171,30 @@ class BucketedAllReduce:
                 square = payload.dot(payload) / (weight * weight)
                 self.local_sq = square if self.local_sq is None else self.local_sq + square
         if number == len(self.buckets) - 1:
-            # Every rank's |g_i|² rides in the last bucket: no collective of its own.
-            norms = bucket.buffer[payload.numel() :]
-            norms.zero_()
+            # Every rank's |g_i|² and the riders ride in the last bucket: no collective of their own.
+            extras = bucket.buffer[payload.numel() :]
+            extras.zero_()
             if self.measure and self.local_sq is not None:
-                norms[self.rank] = self.local_sq
+                extras[self.rank] = self.local_sq
+            for slot, value in enumerate(self.riders, start=self.world):
+                extras[slot] = value
         work = dist.all_reduce(bucket.buffer, async_op=True) if self.world > 1 else None
         self.in_flight.append((bucket, work))
         self.next_bucket = number + 1
 
-    def finish(self) -> Norms | None:
+    def finish(self) -> Reduced:
         """Send what unused parameters held back, wait for every bucket; the sums are the gradients
-        from now on (each .grad a view of its bucket); the norms on a measuring step."""
+        from now on (each .grad a view of its bucket); the norms on a measuring step, and the riders."""
         while self.next_bucket < len(self.buckets):
             self._send(self.next_bucket)
         global_sq = 0.0
-        local_sq: list[float] = []
+        extras: list[float] = []
         for bucket, work in self.in_flight:
             if work is not None:
                 work.wait()
+            if bucket is self.buckets[-1] and (self.measure or self.rider_count):
+                extras = bucket.buffer[bucket.payload.numel() :].tolist()  # (reading waits for the device)
             if self.measure:
-                if bucket is self.buckets[-1]:
-                    local_sq = bucket.buffer[bucket.payload.numel() :].tolist()
                 global_sq += float(bucket.payload.dot(bucket.payload))
             for index, view in zip(bucket.members, bucket.views, strict=True):
                 param = self.params[index]
@@ -173,9 +203,9 @@ class BucketedAllReduce:
                         param.grad = view
                     else:
                         param.grad = view.to(param.dtype)
-        norms = Norms(local_sq, global_sq) if self.measure else None
+        norms = Norms(extras[: self.world], global_sq) if self.measure else None
         self._reset()
-        return norms
+        return Reduced(norms, extras[self.world :])
 
 
 def _is_view(grad: torch.Tensor, view: torch.Tensor) -> bool:

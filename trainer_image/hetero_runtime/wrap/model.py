@@ -141,7 +141,7 @@ class HeteroModel(nn.Module):
             # A simulated slower device takes 1/speed times as long for the work just done.
             compute = session.simulator.finish(started, time.perf_counter() - started.wall)
         sync_start = time.perf_counter()
-        norms = self.reduce.finish()
+        norms = self.reduce.finish().norms
         comm = time.perf_counter() - sync_start
         for handle in self._accumulating:
             handle.remove()
