@@ -1,5 +1,6 @@
-"""A plain DistributedDataParallel script, as torchrun launches it: a small residual CNN on scikit-learn's
-8x8 digits, with mixed precision, gradient clipping, an LR scheduler, its own logging and checkpoints.
+"""A plain DistributedDataParallel script, as torchrun launches it: a small residual CNN (or, with
+`--model resnet18`, torchvision's ResNet-18) on scikit-learn's 8x8 digits, with mixed precision,
+gradient clipping, an LR scheduler, its own logging and checkpoints.
 
     torchrun --nproc-per-node 2 ddp_digits.py --epochs 8
     heterotrain worker -- python ddp_digits.py --epochs 8      (in a heterotrain pod: even split)
@@ -37,6 +38,19 @@ class ResidualCNN(nn.Module):
         return self.head(x.flatten(1))
 
 
+def build_model(name: str) -> nn.Module:
+    """`cnn` (the default, small and quick) or torchvision's ResNet-18 with a stem for 8x8 images of one
+    channel (a 3x3 convolution, no max-pool), as ResNets are commonly cut for small images."""
+    if name == "cnn":
+        return ResidualCNN()
+    from torchvision.models import resnet18
+
+    resnet = resnet18(num_classes=10)
+    resnet.conv1 = nn.Conv2d(1, 64, 3, padding=1, bias=False)
+    resnet.maxpool = nn.Identity()
+    return resnet
+
+
 def digits() -> tuple[TensorDataset, TensorDataset]:
     data = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
@@ -63,6 +77,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch, over all ranks")
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
     parser.add_argument("--amp", action="store_true", help="autocast in bf16 with a GradScaler")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write the final metrics here (JSON)")
@@ -78,7 +93,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     train, test = digits()
-    model = DistributedDataParallel(ResidualCNN().to(device))
+    model = DistributedDataParallel(build_model(args.model).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.7)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=20, enabled=args.amp)

@@ -37,6 +37,19 @@ class ResidualCNN(nn.Module):
         return self.head(x.flatten(1))
 
 
+def build_model(name: str) -> nn.Module:
+    """`cnn` (the default, small and quick) or torchvision's ResNet-18 with a stem for 8x8 images of one
+    channel (a 3x3 convolution, no max-pool), as ResNets are commonly cut for small images."""
+    if name == "cnn":
+        return ResidualCNN()
+    from torchvision.models import resnet18
+
+    resnet = resnet18(num_classes=10)
+    resnet.conv1 = nn.Conv2d(1, 64, 3, padding=1, bias=False)
+    resnet.maxpool = nn.Identity()
+    return resnet
+
+
 def digits() -> tuple[TensorDataset, TensorDataset]:
     data = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
@@ -63,6 +76,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch, over all ranks")
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
     parser.add_argument("--amp", action="store_true", help="autocast in bf16 with a GradScaler")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write the final metrics here (JSON)")
@@ -78,7 +92,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     train, test = digits()
-    model = heterotrain.HeteroModel(ResidualCNN().to(device))
+    model = heterotrain.HeteroModel(build_model(args.model).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.7)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=20, enabled=args.amp)

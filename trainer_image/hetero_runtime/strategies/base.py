@@ -230,6 +230,18 @@ def broadcast_model(model: nn.Module, src: int = 0, group: Any = None) -> None:
             dist.broadcast(tensor.data, src=src, group=group)
 
 
+def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0) -> None:
+    """Make every rank's `tensors` equal `src`'s, one broadcast per dtype (not one per tensor)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    with torch.no_grad():
+        for group in by_dtype.values():
+            flat = torch.cat([t.reshape(-1) for t in group])
+            dist.broadcast(flat, src=src)
+            copy_from_flat(group, flat)
+
+
 def average_model(model: nn.Module, world_size: int) -> None:
     """Replace every rank's parameters and float buffers by their mean over all ranks."""
     tensors = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
@@ -247,25 +259,9 @@ def flat_parameters(params: Sequence[nn.Parameter]) -> torch.Tensor:
     return torch.cat([p.data.reshape(-1) for p in params])
 
 
-def flat_gradients(params: Sequence[nn.Parameter]) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-
-
 def copy_from_flat(tensors: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     offset = 0
     for tensor in tensors:
         count = tensor.numel()
         tensor.data.copy_(flat[offset : offset + count].view_as(tensor))
-        offset += count
-
-
-def set_gradients_from_flat(params: Sequence[nn.Parameter], flat: torch.Tensor) -> None:
-    offset = 0
-    for param in params:
-        count = param.numel()
-        grad = flat[offset : offset + count].view_as(param)
-        if param.grad is None:
-            param.grad = grad.clone()
-        else:
-            param.grad.copy_(grad)
         offset += count

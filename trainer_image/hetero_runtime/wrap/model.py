@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from hetero_runtime.gns import estimate_noise
-from hetero_runtime.strategies.base import broadcast_model, synchronize, trainable
+from hetero_runtime.simulate import Stopwatch
+from hetero_runtime.strategies.base import broadcast_coalesced, broadcast_model, synchronize, trainable
 from hetero_runtime.wrap.buckets import BUCKET_CAP_ELEMENTS, BucketedAllReduce
 from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
 
@@ -35,7 +36,9 @@ class HeteroModel(nn.Module):
 
     The loss must be a mean over the local batch (as under DDP): the weights b_i/B turn the ranks'
     means into the mean over the global batch. The gradient noise scale is measured every
-    `noise_every` steps (its squared norms cost passes over the gradients)."""
+    `noise_every` steps (its squared norms cost passes over the gradients). As DDP's
+    `broadcast_buffers=True` does, every training forward first gives each rank rank 0's buffers
+    (batch norm's running statistics), so that they never drift apart."""
 
     def __init__(
         self,
@@ -43,6 +46,7 @@ class HeteroModel(nn.Module):
         session: Session | None = None,
         noise_every: int = 4,
         bucket_cap_elements: int = BUCKET_CAP_ELEMENTS,
+        broadcast_buffers: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
@@ -59,6 +63,8 @@ class HeteroModel(nn.Module):
         if self.session.world_size > 1:
             broadcast_model(module)  # every rank starts from rank 0's weights, as DDP does
         self.noise_every = noise_every
+        self.buffers_to_sync = list(module.buffers()) if broadcast_buffers else []
+        self._buffer_wait = 0.0  # seconds this step's forward spent in the buffers' broadcast
         self.reduce = BucketedAllReduce(
             self.params, self.session.rank, self.session.world_size, bucket_cap_elements
         )
@@ -70,6 +76,19 @@ class HeteroModel(nn.Module):
             param.register_post_accumulate_grad_hook(partial(self._on_gradient, index))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        session = self.session
+        if (
+            self.buffers_to_sync
+            and session.world_size > 1
+            and not session.local_steps  # (their averaging evens the buffers out at every epoch end)
+            and not self._skip_sync  # (as DDP: no_sync() passes keep what they have)
+            and self.module.training
+            and torch.is_grad_enabled()
+        ):
+            # A wait for the other ranks, not compute: a simulated slower device must not stretch it.
+            waiting = time.perf_counter()
+            broadcast_coalesced(self.buffers_to_sync)
+            self._buffer_wait += time.perf_counter() - waiting
         return self.module(*args, **kwargs)
 
     @contextmanager
@@ -136,13 +155,15 @@ class HeteroModel(nn.Module):
         session = self.session
         share, started = session.step, session.step_started
         synchronize(session.device)
-        compute = 0.0
+        compute, waited = 0.0, self._buffer_wait
+        self._buffer_wait = 0.0
         if started is not None:
             # A simulated slower device takes 1/speed times as long for the work just done.
-            compute = session.simulator.finish(started, time.perf_counter() - started.wall)
+            work = Stopwatch(started.wall + waited)
+            compute = session.simulator.finish(work, time.perf_counter() - work.wall)
         sync_start = time.perf_counter()
         norms = self.reduce.finish().norms
-        comm = time.perf_counter() - sync_start
+        comm = time.perf_counter() - sync_start + waited
         for handle in self._accumulating:
             handle.remove()
         self._accumulating = []
