@@ -95,12 +95,16 @@ def run_local(
         task = progress.add_task("starting", total=epochs)
 
         def show(update: dict[str, Any]) -> None:
-            metrics = " ".join(f"{k}={v:.4f}" for k, v in update.get("evaluation", {}).items())
+            # A script of the user's own reports no loss, and its epoch count only if it said so.
+            loss = update.get("loss")
+            shown = {"loss": loss} if loss is not None else {}
+            shown.update(update.get("evaluation", {}))
+            metrics = " ".join(f"{k}={v:.4f}" for k, v in shown.items())
             progress.update(
                 task,
                 completed=update["epoch"],
-                total=update["epochs"],
-                description=f"loss={update['loss']:.4f} {metrics} plan=v{update['plan_version']}",
+                total=update.get("epochs") or None,
+                description=f"{metrics} plan=v{update['plan_version']}".lstrip(),
             )
 
         job = LocalJob(spec, on_progress=show)
@@ -111,7 +115,8 @@ def run_local(
         raise typer.Exit(code)
     final = job.results()[0].get("final_evaluation", {})  # a script of the user's own evaluates itself
     console.print(
-        f"[green]done[/]: {final} after {job.restarts} restart(s); results in {directory / 'results'}"
+        f"[green]done[/]{f': {final}' if final else ''} after {job.restarts} restart(s); "
+        f"results in {directory / 'results'}"
     )
 
 

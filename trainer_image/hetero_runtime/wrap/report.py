@@ -41,8 +41,8 @@ class RunRecord:
                 {
                     **asdict(record),
                     "epoch": record.epoch + 1,
-                    "epochs": total_epochs or 0,
-                    "loss": float("nan"),
+                    "epochs": total_epochs,  # None: the script did not say how many
+                    "loss": None,
                     "evaluation": {},
                 }
             )
