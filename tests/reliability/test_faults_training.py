@@ -175,10 +175,17 @@ def kill_a_worker_mid_epoch(bed: Testbed, cluster: Cluster, seen: KillSeen) -> N
 
 
 def split_settled(cluster: Cluster, rank0: WorkerRun) -> bool:
-    """The last two epochs ran on the job's current plan: the rebalancer has measured it and
-    decided to keep it, so a later speed change is the node's, not the split's."""
+    """The rebalancer has moved the job off its first, even split (its last rebalance wrote the
+    current plan) and the last two epochs ran on that plan: a later speed change is then the node's,
+    not the split's. Two epochs on a plan alone are not enough: after the restart the rebalancer may
+    not have measured the new workers yet, and then it rebalances only after the outage, from what
+    it measured before the node slowed."""
     snapshot = cluster.poll()
-    plan = (status(snapshot.jobs[JOB]).get("plan") or {}) if snapshot is not None else {}
+    job = status(snapshot.jobs[JOB]) if snapshot is not None else {}
+    plan = job.get("plan") or {}
+    records = job.get("rebalances") or []
+    if not records or records[-1].get("toVersion") != plan.get("version"):
+        return False
     lines = rank0.progress()
     return len(lines) >= 2 and all(line.get("plan_version") == plan.get("version") for line in lines[-2:])
 
@@ -189,7 +196,7 @@ def stop_prometheus_for_an_epoch(bed: Testbed, cluster: Cluster, seen: OutageSee
     snapshot = cluster.snapshot
     rank0 = worker_run(bed, cluster.namespace, JOB, generation(snapshot, JOB) or 0, 0)
     assert rank0 is not None
-    wait_for(lambda: split_settled(cluster, rank0), 120, "two epochs on one plan after the restart")
+    wait_for(lambda: split_settled(cluster, rank0), 120, "two epochs on a rebalanced plan after the restart")
     placed = cluster.until(lambda s: True, 5, "a snapshot")
     before = status(placed.jobs[JOB])
     bed.stop_component("prometheus")
