@@ -18,11 +18,14 @@ from hetero_operator import metric_names as names
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance import promql
 from hetero_operator.rebalance.job_metrics import JobSample, MetricsSnapshot
+from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
 from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
 from hetero_operator.rebalance.watch import (
     PARTS,
+    SPEED_CHANGED,
     RankTotals,
     changed_speeds,
+    moved_between_splits,
     per_sample_seconds,
     window,
 )
@@ -141,6 +144,13 @@ def served(scenario: Callable[[Callable[[list[float], Plan], WatchedJob]], Await
             await scenario(make)
 
     asyncio.run(main())
+
+
+def reasons(job: WatchedJob) -> list[str]:
+    """The reasons of the job's rebalances, oldest first, as its status records them."""
+    status = current(job.kube).status
+    assert status is not None
+    return [record.reason for record in status.rebalances]
 
 
 def assert_proportional(plan: Plan, speeds: list[float]) -> None:
@@ -279,3 +289,52 @@ def test_only_a_clear_change_counts() -> None:
     )
     assert window_measured is not None
     assert per_sample_seconds(window_measured, plan) == {0: pytest.approx(0.002), 1: pytest.approx(0.004)}
+
+
+def test_a_worker_that_slows_down_as_a_new_split_starts_does_not_freeze_it() -> None:
+    """Rank 1 drops to 0.3 of its speed just as the rebalancer's split for the nominal speeds starts.
+    That split, so slowed, measures about as balanced as the split before it did at full speed: judged
+    against that round it would count as converged, and be watched from its slowed speeds, which
+    would never change again. The speeds moved between the two rounds, so the comparison says nothing,
+    and the split follows the new speeds."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        off_balance = Plan(version=1, world_size=3, global_batch=140, local_batches=[70, 40, 30])
+        job = make(NOMINAL, off_balance)
+        await job.run(NOMINAL)
+        assert job.plans, "no split for the nominal speeds (the scenario lost its point)"
+        assert_proportional(job.newest(), NOMINAL)
+        slowed = [1.0, 0.3, 0.25]
+        for _ in range(4):
+            await job.run(slowed)
+        assert_proportional(job.newest(), slowed)
+        assert SPEED_CHANGED + ": rank 1 at 0.6x" in reasons(job)[1], reasons(job)
+
+    served(scenario)
+
+
+def rounds(plan: Plan, speeds: list[float], fixed_ms: float = 0.0, host: float = 1.0) -> JobMeasurements:
+    """One round's mean computes: a fixed cost per step plus MS_PER_SAMPLE per sample, at `speeds`,
+    on a host running at `host` times its usual pace."""
+    workers = tuple(
+        WorkerMeasurement(rank, 20, host * (fixed_ms + b * MS_PER_SAMPLE) / s / 1e3, 0.0, 0.0, 0.0)
+        for rank, (b, s) in enumerate(zip(plan.local_batches, speeds, strict=True))
+    )
+    return JobMeasurements(plan_version=plan.version, epoch=0, workers=workers)
+
+
+def test_a_speed_change_between_splits_is_told_from_the_batch_change_and_the_host() -> None:
+    even = Plan(version=1, world_size=3, global_batch=120, local_batches=[40, 40, 40])
+    shifted = Plan(version=2, world_size=3, global_batch=120, local_batches=[70, 30, 20])
+    # A fixed cost as large as 40 samples: rank 2's compute halves with its batch at one third.
+    before = rounds(even, NOMINAL, fixed_ms=80.0)
+    assert moved_between_splits(even, before, shifted, rounds(shifted, NOMINAL, fixed_ms=80.0)) == {}
+    # The whole host at 0.6x its pace moves no rank.
+    host = rounds(shifted, NOMINAL, fixed_ms=80.0, host=1 / 0.6)
+    assert moved_between_splits(even, before, shifted, host) == {}
+    # Rank 1 at a quarter of its speed: slower than its batch and any one host factor explain.
+    slowed = rounds(shifted, [1.0, 0.125, 0.25], fixed_ms=80.0)
+    assert moved_between_splits(even, before, shifted, slowed) == {1: pytest.approx(320 / 1120)}
+    # Rank 0 twice as fast on the same split.
+    quicker = rounds(even, [2.0, 0.5, 0.25])
+    assert moved_between_splits(even, rounds(even, NOMINAL), even, quicker) == {0: pytest.approx(2.0)}

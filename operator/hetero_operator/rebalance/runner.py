@@ -46,6 +46,7 @@ from hetero_operator.rebalance.watch import (
     changed_speeds,
     confirming_steps,
     describe,
+    moved_between_splits,
     per_sample_seconds,
     same_split_before,
     window,
@@ -338,10 +339,18 @@ class Rebalancer:
         previous = memory.plans.get(plan.version - 1)
         previous_measured = memory.measured.get(plan.version - 1)
         if previous is not None and previous_measured is not None and not policy.adaptive:
-            decision = confirm(plan, measured, previous, previous_measured, policy.min_improvement, apply_at)
-            memory.converged = decision is not None
-            if decision is not None:
-                return decision
+            moved = moved_between_splits(previous, previous_measured, plan, measured)
+            if moved:
+                # Two rounds at different speeds say nothing of the splits: decide anew from this one.
+                log.info("%s/%s: %s", job.namespace, job.name, describe(moved))
+                memory.converged = False
+                memory.history_from = plan.version
+                anew = decide(plan, record({}, measured, plan), policy, measured, apply_at)
+                return replace(anew, reason=f"{describe(moved)}; {anew.reason}")
+            verdict = confirm(plan, measured, previous, previous_measured, policy.min_improvement, apply_at)
+            memory.converged = verdict is not None
+            if verdict is not None:
+                return verdict
         return decide(plan, history, policy, measured, apply_at)
 
     async def _recut(

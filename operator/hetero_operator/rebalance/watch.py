@@ -6,6 +6,7 @@ windows and changes out."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -73,6 +74,50 @@ def changed_speeds(
         if abs(speed_ratio - 1.0) > threshold:
             changed[rank] = speed_ratio
     return changed
+
+
+def moved_between_splits(
+    before_plan: Plan,
+    before: JobMeasurements,
+    after_plan: Plan,
+    after: JobMeasurements,
+    threshold: float = SPEED_CHANGE,
+) -> dict[int, float]:
+    """Ranks whose speed changed between two rounds run on different splits: rank -> new speed ÷ old.
+
+    A rank's batch moved between the rounds, so its compute per step may differ without any change
+    of speed, but only so far: compute that is a fixed cost plus a cost per sample (neither negative)
+    grows with the batch, and never faster than the batch does. The host as a whole may also have
+    run slower or faster by some factor. Each rank's compute allows a range of such factors (widened
+    by `threshold` for noise); the factor that most ranks allow (the one nearest 1 among equals)
+    explains them, and the ranks it does not explain changed speed."""
+    computes_before = {w.rank: w.compute_seconds for w in before.workers}
+    bounds: dict[int, tuple[float, float, float]] = {}  # rank -> compute now, least and most explained
+    for worker in after.workers:
+        rank, compute, was = worker.rank, worker.compute_seconds, computes_before.get(worker.rank, 0.0)
+        ranks = min(len(after_plan.local_batches), len(before_plan.local_batches))
+        if was <= 0 or compute <= 0 or rank >= ranks:
+            continue
+        growth = after_plan.local_batches[rank] / max(before_plan.local_batches[rank], 1)
+        bounds[rank] = (compute, was * min(1.0, growth), was * max(1.0, growth))
+    spans = {
+        rank: (compute / (most * (1 + threshold)), compute * (1 + threshold) / least)
+        for rank, (compute, least, most) in bounds.items()
+    }
+    factors = {1.0, *(end for span in spans.values() for end in span)}
+
+    def explained(factor: float) -> tuple[int, float]:
+        return sum(low <= factor <= high for low, high in spans.values()), -abs(math.log(factor))
+
+    host = max(factors, key=explained)
+    moved = {}
+    for rank, (low, high) in spans.items():
+        compute, least, most = bounds[rank]
+        if host < low:
+            moved[rank] = most * host / compute  # slower than its new batch and the host explain
+        elif host > high:
+            moved[rank] = least * host / compute  # faster than they explain
+    return moved
 
 
 def describe(changed: Mapping[int, float]) -> str:
