@@ -6,6 +6,10 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +121,33 @@ def test_wire_round_trips_numbers_and_refuses_objects() -> None:
     forged = wire.encode({}, {"a": np.zeros(1)}).replace(b'"float64"', b'"object" ')
     with pytest.raises(wire.WireError, match="not allowed"):
         wire.receive(io.BytesIO(forged))
+
+
+def test_a_service_process_ends_with_the_worker_that_started_it_however_the_worker_ends() -> None:
+    """The worker starts the ESync state service, then ends with os._exit: no close(), no atexit
+    handler. The service process is gone within seconds, not serving for ever."""
+    worker = (
+        "import os, sys\n"
+        "from hetero_runtime.esync_service import start_service_process\n"
+        "from hetero_runtime.job_peers import JobPeers\n"
+        f"peers = JobPeers({TOKEN!r}, ('127.0.0.1',))\n"
+        "process, port = start_service_process(peers, '127.0.0.1', 0, 1, 1.0)\n"
+        "print(process.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    service = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and running(service):
+        time.sleep(0.1)
+    assert not running(service), "the service outlived its worker"
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

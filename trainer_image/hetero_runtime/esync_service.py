@@ -26,6 +26,7 @@ from hetero_runtime.job_peers import (
     admit,
     connect,
     report_listening,
+    serve_while_parent_lives,
     service_config,
     start_service,
 )
@@ -165,7 +166,7 @@ def main() -> None:
     service.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     assert service.server is not None
     report_listening(service.server.server_address[1])
-    threading.Event().wait()
+    serve_while_parent_lives()
 
 
 if __name__ == "__main__":

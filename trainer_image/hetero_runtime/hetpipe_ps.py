@@ -33,6 +33,7 @@ from hetero_runtime.job_peers import (
     admit,
     connect,
     report_listening,
+    serve_while_parent_lives,
     service_config,
     start_service,
 )
@@ -189,7 +190,7 @@ def main() -> None:
     server = ParameterServer([int(x) for x in config["stages_per_vw"]])
     listening = server.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     report_listening(listening.server_address[1])
-    threading.Event().wait()
+    serve_while_parent_lives()
 
 
 if __name__ == "__main__":

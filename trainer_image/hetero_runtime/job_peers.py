@@ -135,3 +135,11 @@ def report_listening(port: int) -> None:
     sys.stdout.write(json.dumps({"port": port}) + "\n")
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+
+def serve_while_parent_lives(interval_seconds: float = 0.5) -> None:
+    """A service process's last call: serve (on its threads) until the worker that started it is
+    gone, however that worker ended: its close(), an exit that skipped its atexit handlers, a kill."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(interval_seconds)

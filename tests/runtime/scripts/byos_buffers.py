@@ -56,4 +56,4 @@ dist.all_gather_object(every_rank, {"synced": synced, "control": control})
 report = {"planned_batch": session.plan.local_batches[session.rank] if session.plan else None}
 report["ranks"] = every_rank
 Path(os.environ["OUT_DIR"], f"rank-{session.rank}.json").write_text(json.dumps(report))
-heterotrain.close()
+heterotrain.leave()

@@ -105,4 +105,4 @@ for epoch, accumulate, set_to_none, local_steps in MODES:
 report["synchronized_steps"] = model.synchronized_steps
 report["noise_measured"] = session.noise.estimate is not None
 Path(os.environ["OUT_DIR"], f"rank-{session.rank}.json").write_text(json.dumps(report))
-heterotrain.close()
+heterotrain.leave()

@@ -60,4 +60,4 @@ for epoch in range(2):
         later = plan.model_copy(update={"version": 2, "apply_at_epoch": 1, "local_batches": [4, 6, 10]})
         Path(os.environ["HETEROTRAIN_PLAN_SOURCE"]).write_text(later.to_json())
 Path(os.environ["OUT_DIR"], f"rank-{session.rank}.json").write_text(json.dumps(report))
-heterotrain.close()
+heterotrain.leave()

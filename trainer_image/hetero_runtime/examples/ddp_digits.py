@@ -11,6 +11,7 @@ gradient clipping, an LR scheduler, its own logging and checkpoints.
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -148,3 +149,9 @@ def restore(state: dict[str, object], directory: Path | None, device: torch.devi
 
 if __name__ == "__main__":
     main()
+    # Every rank has left the process group: end the process now. torch's C++ teardown at interpreter
+    # exit has aborted a rank now and then after its work was done ("terminate called without an
+    # active exception"), and a worker's exit code is its pod's verdict.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -129,8 +129,7 @@ def main() -> None:
                 "world_size": world,
             }
             args.out.write_text(json.dumps(metrics))
-    dist.barrier()  # leave together: rank 0 was still evaluating
-    heterotrain.close()
+    heterotrain.leave()  # with every rank (rank 0 was still evaluating), and end at once
 
 
 if __name__ == "__main__":

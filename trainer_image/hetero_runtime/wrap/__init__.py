@@ -11,6 +11,7 @@
         for x, y in loader:                              # this rank's planned share of each batch
             ...  # your forward, backward, clipping, GradScaler, optimizer and scheduler steps
         checkpoint.save()
+    heterotrain.leave()                                  # every rank leaves together, and ends
 
 Each rank gets the batch size the plan gives it (re-split at epoch boundaries when a new plan
 arrives); after each backward pass `.grad` holds the gradient of the whole global batch.
@@ -21,7 +22,7 @@ import torch
 from hetero_runtime.wrap.checkpoint import Checkpoint
 from hetero_runtime.wrap.loader import HeteroDataLoader
 from hetero_runtime.wrap.model import HeteroModel
-from hetero_runtime.wrap.session import Session, WrapperError, close, current_session, init
+from hetero_runtime.wrap.session import Session, WrapperError, close, current_session, init, leave
 
 __all__ = [
     "Checkpoint",
@@ -33,6 +34,7 @@ __all__ = [
     "current_session",
     "device",
     "init",
+    "leave",
 ]
 
 
