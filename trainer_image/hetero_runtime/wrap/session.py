@@ -7,8 +7,6 @@ the data loader find the session it opened through `current_session()`.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -19,6 +17,7 @@ from torch import nn
 
 from hetero_operator.plan import ESyncParams, Plan, Strategy
 from hetero_runtime.device import Placement, place_worker
+from hetero_runtime.exiting import end_now
 from hetero_runtime.gns import NoiseTracker
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.metrics import WorkerMetrics
@@ -259,11 +258,6 @@ def close() -> None:
 
 def leave() -> NoReturn:
     """The script's last call: leave the job with every rank (`close()`), then end the process at
-    once, with exit code 0. torch's C++ teardown at interpreter exit has aborted a rank now and then
-    after its work was done ("terminate called without an active exception"), and a worker's exit
-    code is its pod's verdict: such a rank would fail, and restart, a job that had finished."""
+    once, with exit code 0 (`end_now` says why)."""
     close()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_now()
