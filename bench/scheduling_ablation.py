@@ -39,6 +39,11 @@ VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     ("mix classes whenever faster (mix_gain 0)", replace(DEFAULT, mix_gain=0.0), True),
     ("near-ties to the fastest (tie_tolerance 0.01)", replace(DEFAULT, tie_tolerance=0.01), True),
     ("no HetPipe pipelines", DEFAULT, False),
+    (
+        "GPUs priced by cost while jobs wait (scarcity_price 0.75)",
+        replace(DEFAULT, scarcity_price=0.75),
+        True,
+    ),
     ("no priority preemption", replace(DEFAULT, priority_preemption=False), True),
     ("head reservations on", replace(DEFAULT, head_reservations=True), True),
     (

@@ -61,6 +61,26 @@ def test_a_job_listing_classes_keeps_its_preference_in_a_near_tie() -> None:
     assert schedule(snapshot, STATIC).place["ns/j"].gpus_per_class() == {"a": 1}
 
 
+def test_while_jobs_wait_on_a_busy_cluster_a_dear_gpu_goes_to_a_job_that_gains_its_price() -> None:
+    # "a" is 1 / 0.6 = 1.67x as fast as "b" at three times the cost, and 12 of the 16 GPUs are in use.
+    # At scarcity_price 1 a GPU of a costs 3 ** (1 x 12 / 16) = 2.28 times one of b: 1 / 2.28 = 0.44
+    # of a's speed per priced GPU against b's 0.6, beyond the 10% tie. With another job waiting both
+    # take b; a job alone in the queue, or with no price, takes the fastest GPU, a's.
+    classes = (GPUClassInfo("a", 1.0, 16, cost_weight=3.0), GPUClassInfo("b", 0.6, 16, cost_weight=1.0))
+    busy = (NodeInfo("a-0", "a", 8, gpus_used_by_others=6), NodeInfo("b-0", "b", 8, gpus_used_by_others=6))
+    priced = replace(STATIC, scarcity_price=1.0)
+    two_waiting = Snapshot(classes, busy, (job("j", 1), job("k", 1)))
+    placed = schedule(two_waiting, priced).place
+    assert {key: p.gpus_per_class() for key, p in placed.items()} == {"ns/j": {"b": 1}, "ns/k": {"b": 1}}
+    placed = schedule(two_waiting, STATIC).place
+    assert {key: p.gpus_per_class() for key, p in placed.items()} == {"ns/j": {"a": 1}, "ns/k": {"a": 1}}
+    alone = Snapshot(classes, busy, (job("j", 1),))
+    assert schedule(alone, priced).place["ns/j"].gpus_per_class() == {"a": 1}
+    # On an idle cluster the price is 3 ** 0 = 1: the fastest GPU, even with jobs waiting.
+    idle = Snapshot(classes, (*nodes("a", 1, 8), *nodes("b", 1, 8)), (job("j", 1), job("k", 1)))
+    assert schedule(idle, priced).place["ns/j"].gpus_per_class() == {"a": 1}
+
+
 FAST_SLOW = (GPUClassInfo("fast", 2.0, 16), GPUClassInfo("slow", 0.5, 16))
 
 

@@ -75,6 +75,16 @@ class SchedulerConfig:
             "to be chosen (mixes always may start a job no single class can hold).",
         ),
     ] = 0.2
+    scarcity_price: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=4,
+            description="A starting job's candidate GPU sets are ranked by throughput over cost weight "
+            "to the power of this times the share of the cluster's GPUs in use: on a busy cluster a dear "
+            "GPU goes to a job that gains more than its cost from it (0: the fastest set for every job).",
+        ),
+    ] = 0.0
     elastic: Annotated[
         bool, Field(description="Grow jobs toward gpus.max into GPUs no waiting job wants.")
     ] = True
@@ -140,17 +150,23 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     (input order does not matter either)."""
     config = config or SchedulerConfig()
     state = ClusterState(snapshot)
-    ctx = PlacementContext(
-        state, tuple(state.classes.values()), config.prior, config.tie_tolerance, config.mix_gain
-    )
     jobs = scheduling_order(snapshot.jobs)
     running = [j for j in jobs if j.current is not None]
+    queued = [j for j in jobs if j.current is None]
+    ctx = PlacementContext(
+        state,
+        tuple(state.classes.values()),
+        config.prior,
+        config.tie_tolerance,
+        config.mix_gain,
+        # A GPU is priced only while jobs compete for it: with one job waiting, it takes the fastest.
+        config.scarcity_price if len(queued) > 1 else 0.0,
+    )
     out = _Outcome()
     budgets = Budgets([])
     heads: dict[str, HeadReservation] = {}
     victims: set[str] = set()
     fair = FairShare(snapshot, config.charging) if snapshot.queues else None
-    queued = [j for j in jobs if j.current is None]
     for job in fair.order(queued) if fair is not None else queued:
         _admit(job, ctx, budgets, heads, victims, running, out, config, fair)
     if config.move_gain is not None:

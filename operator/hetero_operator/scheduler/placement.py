@@ -57,6 +57,8 @@ class PlacementContext:
     tie_tolerance: float
     # A mix of classes must beat the best single-class set by this share (see `single_class_first`).
     mix_gain: float = 0.0
+    # How dear a busy cluster makes GPUs of a high cost weight for a starting job (see `price_power`).
+    scarcity_price: float = 0.0
 
 
 def allowed_classes_fastest_first(job: JobRequest, classes: dict[str, GPUClassInfo]) -> list[str]:
@@ -145,7 +147,8 @@ def best_candidate(
     if holding or classes_allowed is not None:  # growth: the job already runs where it runs
         return choose(candidates, ctx.tie_tolerance)
     must_mix = not any(ctx.state.capacity[c] >= want for c in order)
-    return choose(single_class_first(candidates, ctx.mix_gain, must_mix=must_mix), ctx.tie_tolerance)
+    starting = single_class_first(candidates, ctx.mix_gain, must_mix=must_mix)
+    return choose(starting, ctx.tie_tolerance, price_power(ctx))
 
 
 def single_class_first(candidates: list[Candidate], mix_gain: float, *, must_mix: bool) -> list[Candidate]:
@@ -160,12 +163,30 @@ def single_class_first(candidates: list[Candidate], mix_gain: float, *, must_mix
     return [c for c in candidates if c.class_count <= 1 or c.prediction.samples_per_second >= floor]
 
 
-def choose(candidates: list[Candidate], tie_tolerance: float) -> Candidate | None:
-    """Highest predicted throughput; near-ties go to fewer nodes, preferred classes, lower cost."""
+def price_power(ctx: PlacementContext) -> float:
+    """The power of its cost that divides a starting job's throughput on a candidate set:
+    `scarcity_price` times the share of the cluster's GPUs in use. On an idle cluster every job takes
+    the fastest GPUs for it; on a busy one a dear GPU goes to a job that gains more than its cost from
+    it (as Gavel's effective throughput weighs classes), since the next job may gain more."""
+    total = sum(ctx.state.capacity.values())
+    if ctx.scarcity_price <= 0 or total <= 0:
+        return 0.0
+    free = sum(ctx.state.free[c].total_free for c in ctx.state.capacity)
+    return ctx.scarcity_price * (1.0 - free / total)
+
+
+def choose(candidates: list[Candidate], tie_tolerance: float, price: float = 0.0) -> Candidate | None:
+    """Highest predicted throughput over cost**price (price 0: throughput alone); near-ties go to
+    fewer nodes, preferred classes, lower cost."""
     if not candidates:
         return None
-    best = max(c.prediction.samples_per_second for c in candidates)
-    close = [c for c in candidates if c.prediction.samples_per_second >= best * (1.0 - tie_tolerance)]
+
+    def value(c: Candidate) -> float:
+        speed = c.prediction.samples_per_second
+        return speed / c.cost**price if price > 0 and c.cost > 0 else speed
+
+    best = max(value(c) for c in candidates)
+    close = [c for c in candidates if value(c) >= best * (1.0 - tie_tolerance)]
     return min(
         close, key=lambda c: (c.node_count, c.preference, c.cost, -c.prediction.samples_per_second, c.added)
     )
