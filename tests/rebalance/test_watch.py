@@ -338,3 +338,6 @@ def test_a_speed_change_between_splits_is_told_from_the_batch_change_and_the_hos
     # Rank 0 twice as fast on the same split.
     quicker = rounds(even, [2.0, 0.5, 0.25])
     assert moved_between_splits(even, rounds(even, NOMINAL), even, quicker) == {0: pytest.approx(2.0)}
+    # A rank that had no samples in one of the rounds is not compared.
+    idle = Plan(version=2, world_size=3, global_batch=120, local_batches=[80, 40, 0])
+    assert moved_between_splits(even, rounds(even, NOMINAL), idle, rounds(idle, NOMINAL, fixed_ms=5.0)) == {}

@@ -98,7 +98,10 @@ def moved_between_splits(
         ranks = min(len(after_plan.local_batches), len(before_plan.local_batches))
         if was <= 0 or compute <= 0 or rank >= ranks:
             continue
-        growth = after_plan.local_batches[rank] / max(before_plan.local_batches[rank], 1)
+        batch_before, batch_after = before_plan.local_batches[rank], after_plan.local_batches[rank]
+        if batch_before <= 0 or batch_after <= 0:
+            continue  # no samples in one of the rounds: nothing to compare per sample
+        growth = batch_after / batch_before
         bounds[rank] = (compute, was * min(1.0, growth), was * max(1.0, growth))
     spans = {
         rank: (compute / (most * (1 + threshold)), compute * (1 + threshold) / least)
