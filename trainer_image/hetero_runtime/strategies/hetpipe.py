@@ -53,6 +53,8 @@ from hetero_runtime.strategies.hetpipe_layout import StagePlace, place_of, same_
 from hetero_runtime.strategies.side_services import connect_parameter_server
 
 log = logging.getLogger(__name__)
+# Rounds of turns in which every rank times the layers (each layer keeps its fastest time).
+LAYER_COST_ROUNDS = 3
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
 _MAX_DIMS = 8
@@ -249,17 +251,22 @@ class HetPipeStrategy:
 
     def _report_layer_costs(self, plan: Plan) -> None:
         """Every rank times each layer of the whole model on its own device, in turn (solo, so no
-        figure holds another rank's load), and exports them for the operator's stage cuts."""
+        figure holds another rank's load), and exports them for the operator's stage cuts. The turns
+        go round LAYER_COST_ROUNDS times and each layer keeps its fastest: a burst of other work on
+        the host during one rank's turn (a job starting is when the control plane is busiest) would
+        otherwise make that rank look slower than it is."""
         ctx = self.ctx
         samples = max(1, max(plan.local_batches))
         inputs, targets = ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
         speed = ctx.simulator.speed if ctx.simulator.active else 1.0
         costs: list[float] = []
-        for turn in range(ctx.world_size):
-            if ctx.world_size > 1:
-                dist.barrier()
-            if ctx.rank == turn:
-                costs = measure_layer_costs(self.layers, inputs, targets, ctx.loss_fn, speed)
+        for _ in range(LAYER_COST_ROUNDS):
+            for turn in range(ctx.world_size):
+                if ctx.world_size > 1:
+                    dist.barrier()
+                if ctx.rank == turn:
+                    timed = measure_layer_costs(self.layers, inputs, targets, ctx.loss_fn, speed)
+                    costs = [min(a, b) for a, b in zip(costs, timed, strict=True)] if costs else timed
         ctx.metrics.set_layer_costs(costs)
         log.info("layer costs: %s us per sample", ", ".join(f"{c * 1e6:.1f}" for c in costs))
 
