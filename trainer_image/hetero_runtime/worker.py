@@ -16,7 +16,6 @@ from pathlib import Path
 from hetero_operator.plan import Plan
 from hetero_runtime.api import configure_logging
 from hetero_runtime.examples import EXAMPLES
-from hetero_runtime.exiting import end_now
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.plan_client import PlanSourceError, plan_source_from_spec
 from hetero_runtime.torchrun_env import torchrun_environment
@@ -32,7 +31,7 @@ def run_worker(target: str) -> None:
     configure_logging(env.rank)
     if target.endswith(".py"):
         runpy.run_path(target, run_name="__main__")
-        end_now()
+        return
     if Path(target).is_file() or (target not in EXAMPLES and shutil.which(target) is not None):
         exec_command([target])  # an executable of the user's own (a shell script, say)
         return
@@ -41,7 +40,6 @@ def run_worker(target: str) -> None:
     if main is None:
         raise SystemExit(f"{target}: module {module.__name__} has no main() to run")
     main()
-    end_now()  # the work is done and the process group left (see end_now)
 
 
 def initial_plan_refusal(env: WorkerEnv) -> str | None:
