@@ -93,9 +93,9 @@ def moved_between_splits(
     explains them, and the ranks it does not explain changed speed."""
     computes_before = {w.rank: w.compute_seconds for w in before.workers}
     bounds: dict[int, tuple[float, float, float]] = {}  # rank -> compute now, least and most explained
+    ranks = min(len(after_plan.local_batches), len(before_plan.local_batches))
     for worker in after.workers:
         rank, compute, was = worker.rank, worker.compute_seconds, computes_before.get(worker.rank, 0.0)
-        ranks = min(len(after_plan.local_batches), len(before_plan.local_batches))
         if was <= 0 or compute <= 0 or rank >= ranks:
             continue
         batch_before, batch_after = before_plan.local_batches[rank], after_plan.local_batches[rank]

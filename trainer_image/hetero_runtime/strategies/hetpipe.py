@@ -252,9 +252,9 @@ class HetPipeStrategy:
     def _report_layer_costs(self, plan: Plan) -> None:
         """Every rank times each layer of the whole model on its own device, in turn (solo, so no
         figure holds another rank's load), and exports them for the operator's stage cuts. The turns
-        go round LAYER_COST_ROUNDS times and each layer keeps its fastest: a burst of other work on
-        the host during one rank's turn (a job starting is when the control plane is busiest) would
-        otherwise make that rank look slower than it is."""
+        go round LAYER_COST_ROUNDS times and each layer keeps its fastest, so a burst of other work
+        on the host during one turn does not count (a slowness that lasts through every turn still
+        does)."""
         ctx = self.ctx
         samples = max(1, max(plan.local_batches))
         inputs, targets = ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
