@@ -55,6 +55,29 @@ def core_of_each_worker(speeds: list[float], cores: list[int]) -> list[int]:
     return out
 
 
+def physical_cores_first(cpus: list[int], topology: Path = Path("/sys/devices/system/cpu")) -> list[int]:
+    """`cpus` with one logical CPU of each physical core first, then their hyper-thread siblings, each
+    part in the given order. Two workers on siblings of one core slow each other while both compute,
+    which a solo calibration never sees. A CPU whose topology cannot be read is a core of its own."""
+
+    def core(cpu: int) -> tuple[str, str] | int:
+        where = topology / f"cpu{cpu}" / "topology"
+        try:
+            return (where / "physical_package_id").read_text().strip(), (
+                where / "core_id"
+            ).read_text().strip()
+        except OSError:
+            return cpu
+
+    seen: set[tuple[str, str] | int] = set()
+    first, siblings = [], []
+    for cpu in cpus:
+        key = core(cpu)
+        (siblings if key in seen else first).append(cpu)
+        seen.add(key)
+    return first + siblings
+
+
 def mode_label(time_dilation: float) -> str:
     return f"dilated x{time_dilation:g}" if time_dilation != 1 else "undilated"
 
@@ -163,10 +186,11 @@ def run_config(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "base_speed": args.base_speed,
         "worker_cores": None
         if args.unpinned
-        # The highest-numbered cores first: the first ones take most of a machine's interrupts and
-        # system threads, and the fastest simulated GPU has the least slack to absorb them.
+        # Separate physical cores, the highest-numbered first (the first ones take most of a machine's
+        # interrupts): the fastest simulated GPU has no slack to absorb a slower core.
         else core_of_each_worker(
-            [r * args.base_speed for r in SPEED_RATIOS], sorted(os.sched_getaffinity(0), reverse=True)
+            [r * args.base_speed for r in SPEED_RATIOS],
+            physical_cores_first(sorted(os.sched_getaffinity(0), reverse=True)),
         ),
         "out": str(tmp / "result.json"),
         "progress": str(tmp / "progress.jsonl"),

@@ -96,6 +96,26 @@ def test_simulated_gpus_share_a_core_while_their_load_fits_in_half_of_it(balance
     assert balance.core_of_each_worker([1.0, 0.5], [3]) == [3, 3]
 
 
+def test_workers_go_to_separate_physical_cores_before_hyper_thread_siblings(
+    balance: ModuleType, tmp_path: Path
+) -> None:
+    for cpu, core in {0: 0, 1: 0, 2: 1, 3: 1}.items():  # two cores of two hyper-threads each
+        where = tmp_path / f"cpu{cpu}" / "topology"
+        where.mkdir(parents=True)
+        (where / "physical_package_id").write_text("0\n")
+        (where / "core_id").write_text(f"{core}\n")
+    assert balance.physical_cores_first([3, 2, 1, 0], tmp_path) == [3, 1, 2, 0]
+    assert balance.core_of_each_worker(
+        [1.0, 0.5, 0.25], balance.physical_cores_first([3, 2, 1, 0], tmp_path)
+    ) == [
+        3,
+        1,
+        2,
+    ]
+    # No topology to read: every CPU counts as a core of its own, in the order given.
+    assert balance.physical_cores_first([5, 4], tmp_path / "missing") == [5, 4]
+
+
 def test_real_hardware_workers_differ_or_say_they_cannot() -> None:
     real = bench_module("runtime_real_hetero")
     assert real.thread_counts(4, 3) == [2, 1]
