@@ -60,16 +60,14 @@ def physical_cores_first(cpus: list[int], topology: Path = Path("/sys/devices/sy
     part in the given order. Two workers on siblings of one core slow each other while both compute,
     which a solo calibration never sees. A CPU whose topology cannot be read is a core of its own."""
 
-    def core(cpu: int) -> tuple[str, str] | int:
+    def core(cpu: int) -> tuple[str, ...] | int:
         where = topology / f"cpu{cpu}" / "topology"
         try:
-            return (where / "physical_package_id").read_text().strip(), (
-                where / "core_id"
-            ).read_text().strip()
+            return tuple((where / name).read_text().strip() for name in ("physical_package_id", "core_id"))
         except OSError:
             return cpu
 
-    seen: set[tuple[str, str] | int] = set()
+    seen: set[tuple[str, ...] | int] = set()
     first, siblings = [], []
     for cpu in cpus:
         key = core(cpu)

@@ -104,14 +104,9 @@ def test_workers_go_to_separate_physical_cores_before_hyper_thread_siblings(
         where.mkdir(parents=True)
         (where / "physical_package_id").write_text("0\n")
         (where / "core_id").write_text(f"{core}\n")
-    assert balance.physical_cores_first([3, 2, 1, 0], tmp_path) == [3, 1, 2, 0]
-    assert balance.core_of_each_worker(
-        [1.0, 0.5, 0.25], balance.physical_cores_first([3, 2, 1, 0], tmp_path)
-    ) == [
-        3,
-        1,
-        2,
-    ]
+    cores = balance.physical_cores_first([3, 2, 1, 0], tmp_path)
+    assert cores == [3, 1, 2, 0]
+    assert balance.core_of_each_worker([1.0, 0.5, 0.25], cores) == [3, 1, 2]
     # No topology to read: every CPU counts as a core of its own, in the order given.
     assert balance.physical_cores_first([5, 4], tmp_path / "missing") == [5, 4]
 
