@@ -2,14 +2,14 @@
 and backward, timed layer by layer, on inputs the layers before it made. The operator cuts HetPipe's
 stages from these (the planner's partition of measured costs), not from a guess of the user's.
 
-A simulated slower GPU (speed s < 1) runs every layer 1/s times as long as the device it runs on: its
-costs are the measured ones divided by s, as the pipeline will see them.
+A simulated slower GPU (speed s < 1) runs every layer 1/s times as long as the simulated base device:
+its costs are the base device's divided by s, as the pipeline will see them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -37,12 +37,10 @@ def fastest_seconds(run: Callable[[], None]) -> float:
 
 
 def measure_layer_costs(
-    layers: nn.Sequential, inputs: torch.Tensor, targets: Any, loss_fn: LossFn, speed: float = 1.0
+    layers: nn.Sequential, inputs: torch.Tensor, targets: Any, loss_fn: LossFn
 ) -> list[float]:
-    """Per-sample seconds of each layer's forward and backward (the loss's too, on the last layer),
-    divided by `speed`; the model is left exactly as it was."""
-    if not 0 < speed <= 1:
-        raise ValueError(f"speed {speed}: a simulated speed lies in (0, 1]")
+    """Per-sample seconds of each layer's forward and backward (the loss's too, on the last layer) on
+    the device the layers are on; the model is left exactly as it was."""
     device = inputs.device
     samples = len(targets)
     costs = []
@@ -63,7 +61,14 @@ def measure_layer_costs(
                     out.backward(torch.ones_like(out))
                 synchronize(device)
 
-            costs.append(fastest_seconds(forward_backward) / samples / speed)
+            costs.append(fastest_seconds(forward_backward) / samples)
             with torch.no_grad():
                 x = layer(x)
     return costs
+
+
+def base_device_factor(own: Sequence[float], base: Sequence[float]) -> float:
+    """How many times as long the base device takes as this rank's own over the same layers (1 when
+    they were too fast to time)."""
+    mine = sum(own)
+    return sum(base) / mine if mine > 0 else 1.0

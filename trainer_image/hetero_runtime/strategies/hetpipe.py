@@ -31,10 +31,10 @@ from torch import nn
 
 from hetero_operator.plan import HetPipeParams, Plan
 from hetero_operator.planner.wsp import may_start, required_global_clock
-from hetero_runtime.calibration import calibrate_solo
+from hetero_runtime.calibration import calibrate_solo, common_costs
 from hetero_runtime.device import model_device
 from hetero_runtime.hetpipe_ps import ParameterServerClient
-from hetero_runtime.layer_costs import measure_layer_costs
+from hetero_runtime.layer_costs import base_device_factor, measure_layer_costs
 from hetero_runtime.metrics import StepRecord
 from hetero_runtime.precision import MixedPrecision
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
@@ -218,6 +218,9 @@ class HetPipeStrategy:
         self.waves_done = 0
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self.trace: list[dict[str, int]] = []
+        # Per-sample seconds of each layer on this rank's own device and on the simulated base device.
+        self.own_layer_costs: list[float] = []
+        self.base_layer_costs: list[float] = []
 
     def _place(self, plan: Plan) -> PipelineStage:
         if self.stage is None:
@@ -237,12 +240,12 @@ class HetPipeStrategy:
     def start(self, plan: Plan) -> None:
         ctx = self.ctx
         stage = self._place(plan)
-        stage.costs = dict(ctx.costs)
         assert self.params is not None
         apply_learning_rate_scale(ctx, plan.learning_rate_scale)
         if ctx.world_size > 1:
             broadcast_model(self.layers)
         self._report_layer_costs(plan)
+        self._on_base_device(stage)
         self.server, self.client = connect_parameter_server(ctx, self.params)
         if ctx.rank == 0:
             self.client.initialize({name: host_copy(p) for p, name in self.names.items()})
@@ -254,21 +257,47 @@ class HetPipeStrategy:
         figure holds another rank's load), and exports them for the operator's stage cuts. The turns
         go round LAYER_COST_ROUNDS times and each layer keeps its fastest, so a burst of other work
         on the host during one turn does not count (a slowness that lasts through every turn still
-        does)."""
+        does). A simulated GPU is a fraction of the base device, as in every strategy's calibration:
+        the simulated ranks' costs are each layer's highest over them, divided by the rank's speed."""
         ctx = self.ctx
         samples = max(1, max(plan.local_batches))
         inputs, targets = ctx.batch(np.arange(min(samples, ctx.sampler.dataset_size)))
-        speed = ctx.simulator.speed if ctx.simulator.active else 1.0
-        costs: list[float] = []
+        own: list[float] = []
         for _ in range(LAYER_COST_ROUNDS):
             for turn in range(ctx.world_size):
                 if ctx.world_size > 1:
                     dist.barrier()
                 if ctx.rank == turn:
-                    timed = measure_layer_costs(self.layers, inputs, targets, ctx.loss_fn, speed)
-                    costs = [min(a, b) for a, b in zip(costs, timed, strict=True)] if costs else timed
+                    timed = measure_layer_costs(self.layers, inputs, targets, ctx.loss_fn)
+                    own = [min(a, b) for a, b in zip(own, timed, strict=True)] if own else timed
+        self.own_layer_costs, self.base_layer_costs = own, self._base_device(own)
+        speed = ctx.simulator.speed if ctx.simulator.active else 1.0
+        costs = [cost / speed for cost in self.base_layer_costs]
         ctx.metrics.set_layer_costs(costs)
         log.info("layer costs: %s us per sample", ", ".join(f"{c * 1e6:.1f}" for c in costs))
+
+    def _base_device(self, own: list[float]) -> list[float]:
+        """Each layer's cost on the simulated base device: the highest over the simulated ranks (the
+        collective runs on every rank, a real device's adding nothing); a real device's are its own."""
+        ctx = self.ctx
+        if ctx.world_size == 1:
+            return own
+        simulated = ctx.simulator.active
+        keys = [f"{layer:06d}" for layer in range(len(own))]
+        highest = common_costs(
+            {key: cost if simulated else 0.0 for key, cost in zip(keys, own, strict=True)}, ctx.device
+        )
+        return [highest[key] for key in keys] if simulated else own
+
+    def _on_base_device(self, stage: PipelineStage) -> None:
+        """The stage's calibrated costs, stretched from this rank's own device to the base device over
+        the stage's layers (a simulated rank on a slower core of the host runs as fast as the rest)."""
+        ctx = self.ctx
+        if ctx.simulator.active and self.own_layer_costs:
+            span = slice(stage.place.first_layer, stage.place.end_layer)
+            factor = base_device_factor(self.own_layer_costs[span], self.base_layer_costs[span])
+            ctx.costs = {segment: cost * factor for segment, cost in ctx.costs.items()}
+        stage.costs = dict(ctx.costs)
 
     def apply_plan(self, plan: Plan) -> None:
         new, old = plan.hetpipe, self.params
@@ -289,7 +318,7 @@ class HetPipeStrategy:
         stage = self._place(plan)
         if self.ctx.simulator.active:
             self.ctx.costs = calibrate_solo(self, plan, self.ctx)
-        stage.costs = dict(self.ctx.costs)
+        self._on_base_device(stage)
         assert plan.hetpipe is not None
         log.info(
             "stages re-cut at %s (plan v%d): this rank runs layers %d to %d",
