@@ -313,6 +313,28 @@ def test_a_worker_that_slows_down_as_a_new_split_starts_does_not_freeze_it() -> 
     served(scenario)
 
 
+def test_a_split_is_not_sized_on_a_round_a_worker_slowed_down_in() -> None:
+    """Rank 1 drops to 0.4 of its speed halfway through the round of a new split: that round's mean
+    is neither speed's. The rebalancer sees the speed moved and sizes the next split on the steps after
+    that round alone, for the new speeds."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        off_balance = Plan(version=1, world_size=3, global_batch=140, local_batches=[70, 40, 30])
+        job = make(NOMINAL, off_balance)
+        await job.run(NOMINAL)
+        assert_proportional(job.newest(), NOMINAL)
+        slowed = [1.0, 0.2, 0.25]
+        await job.run(NOMINAL)  # the split's round: an epoch at the old speeds
+        await job.run(slowed)  # and one at the new: its mean is neither's
+        assert len(job.plans) == 1, "a split sized on the round the change happened in"
+        await job.run(slowed)
+        assert len(job.plans) == 2, "no new split an epoch after the round that showed the change"
+        assert_proportional(job.newest(), slowed)
+        assert reasons(job)[-1].startswith(SPEED_CHANGED + ": rank 1 at 0.4x"), reasons(job)
+
+    served(scenario)
+
+
 def rounds(plan: Plan, speeds: list[float], fixed_ms: float = 0.0, host: float = 1.0) -> JobMeasurements:
     """One round's mean computes: a fixed cost per step plus MS_PER_SAMPLE per sample, at `speeds`,
     on a host running at `host` times its usual pace."""

@@ -82,6 +82,15 @@ class RebalancerTuning:
         float,
         Field(ge=0, description="After a Prometheus outage, how long a rank without series is waited for."),
     ] = 30.0
+    # A change is judged, and the new split decided, on the steps after the look that saw it alone:
+    # a mean of fewer steps carries the steps' own noise (a busy host's) into the new split.
+    min_confirming_steps: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Fewest steps after a change of speed that confirm it and size the new split.",
+        ),
+    ] = 10
     tick_seconds: Annotated[
         float, Field(gt=0, description="Seconds between two looks at every running job's metrics.")
     ] = 2.0
@@ -117,6 +126,9 @@ class JobMemory:
     suspected: dict[int, int] = field(default_factory=dict)
     # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
     history_from: int = 0
+    # Plan versions whose round showed a worker's speed moved since the round before: the change may
+    # have begun inside the round, so the steps after it are waited for and the split decided on them.
+    straddled: set[int] = field(default_factory=set)
 
 
 def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
@@ -216,13 +228,45 @@ class Rebalancer:
             decision = await self._recut(job, plan, measured)
             if decision is None:
                 return None  # the layer costs are not all in yet: look again on the next pass
+        elif moved := self._moved(job, plan, measured, memory):
+            await self._straddled(job, plan, measured, moved, memory, epoch)
+            return None
         else:
             decision = self._decide(job, plan, measured, history, memory)
+        return await self._conclude(job, state, plan, measured, decision, memory, epoch)
+
+    async def _conclude(
+        self,
+        job: HeteroTrainJob,
+        state: MetricsState,
+        plan: Plan,
+        measured: JobMeasurements,
+        decision: RebalanceDecision,
+        memory: JobMemory,
+        epoch: int | None,
+    ) -> RebalanceDecision:
         memory.last_decided_version = plan.version
         if decision.plan is None:  # the split stays: watch it from here
             await self._start_watching(job, plan, measured, memory, epoch)
         await self._publish(job, state.status, plan, decision)
         return decision
+
+    async def _straddled(
+        self,
+        job: HeteroTrainJob,
+        plan: Plan,
+        measured: JobMeasurements,
+        moved: dict[int, float],
+        memory: JobMemory,
+        epoch: int | None,
+    ) -> None:
+        """A worker's speed moved since the last round, maybe inside this one: no split is decided on
+        it; the watch waits for the steps after this look and decides on them alone."""
+        log.info("%s/%s: %s; judged on the steps after this round", job.namespace, job.name, describe(moved))
+        memory.last_decided_version = plan.version
+        memory.straddled.add(plan.version)
+        memory.suspected[plan.version] = confirming_steps(measured, self.settings.min_confirming_steps)
+        await self._start_watching(job, plan, measured, memory, epoch)
 
     async def _start_watching(
         self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory, epoch: int | None
@@ -264,11 +308,34 @@ class Rebalancer:
         baseline = memory.baselines.get(plan.version, {})
         if needed is None:
             if changed_speeds(baseline, speeds, SUSPECT_CHANGE):
-                memory.suspected[plan.version] = confirming_steps(recent, self.settings.min_steps)
+                memory.suspected[plan.version] = confirming_steps(recent, self.settings.min_confirming_steps)
             return None
         memory.suspected.pop(plan.version, None)
+        if plan.version in memory.straddled:
+            memory.straddled.discard(plan.version)
+            return await self._after_straddle(job, state, plan, recent, memory, epoch)
         changed = changed_speeds(baseline, speeds)
         return await self._reopen(job, state, plan, recent, changed, epoch, memory) if changed else None
+
+    async def _after_straddle(
+        self,
+        job: HeteroTrainJob,
+        state: MetricsState,
+        plan: Plan,
+        recent: JobMeasurements,
+        memory: JobMemory,
+        epoch: int | None,
+    ) -> RebalanceDecision:
+        """The steps after a round that showed a worker's speed moved: if they show it too, the split
+        is decided anew on them; if not, the round only seemed moved, and the split is judged as
+        usual, with these steps as its round."""
+        changed = self._moved(job, plan, recent, memory)
+        if changed:
+            return await self._reopen(job, state, plan, recent, changed, epoch, memory)
+        memory.measured[plan.version] = recent
+        history = await self._history(job, memory)
+        decision = self._decide(job, plan, recent, history, memory)
+        return await self._conclude(job, state, plan, recent, decision, memory, epoch)
 
     async def _reopen(
         self,
@@ -326,6 +393,20 @@ class Rebalancer:
             return False
         return True
 
+    @staticmethod
+    def _moved(
+        job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory
+    ) -> dict[int, float]:
+        """Ranks whose speed moved between the last split's round and this one's (fixed splits only:
+        an adaptive batch's rounds are compared by the policy itself)."""
+        previous = memory.plans.get(plan.version - 1)
+        previous_measured = memory.measured.get(plan.version - 1)
+        if previous is None or previous_measured is None:
+            return {}
+        if batch_policy(job.spec, Rebalancer._classes(job)).adaptive:
+            return {}
+        return moved_between_splits(previous, previous_measured, plan, measured)
+
     def _decide(
         self,
         job: HeteroTrainJob,
@@ -339,14 +420,6 @@ class Rebalancer:
         previous = memory.plans.get(plan.version - 1)
         previous_measured = memory.measured.get(plan.version - 1)
         if previous is not None and previous_measured is not None and not policy.adaptive:
-            moved = moved_between_splits(previous, previous_measured, plan, measured)
-            if moved:
-                # Two rounds at different speeds say nothing of the splits: decide anew from this one.
-                log.info("%s/%s: %s", job.namespace, job.name, describe(moved))
-                memory.converged = False
-                memory.history_from = plan.version
-                anew = decide(plan, record({}, measured, plan), policy, measured, apply_at)
-                return replace(anew, reason=f"{describe(moved)}; {anew.reason}")
             verdict = confirm(plan, measured, previous, previous_measured, policy.min_improvement, apply_at)
             memory.converged = verdict is not None
             if verdict is not None:

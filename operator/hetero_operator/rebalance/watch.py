@@ -130,11 +130,12 @@ def describe(changed: Mapping[int, float]) -> str:
     )
 
 
-def confirming_steps(first_window: JobMeasurements, min_steps: int) -> int:
+def confirming_steps(first_window: JobMeasurements, least: int) -> int:
     """Steps a second look needs to confirm a change seen in `first_window`: half as many as that
-    window had. The change may have begun inside the first window, never inside the second, so
-    half an epoch of steps is enough to judge it, and it comes half an epoch after a whole one."""
-    return max(min_steps, min(w.steps for w in first_window.workers) // 2)
+    window had, and at least `least`. The change may have begun inside the first window, never
+    inside the second, so half an epoch of steps is enough to judge it, and it comes half an epoch
+    after a whole one; short epochs need more than half of theirs for a mean that holds."""
+    return max(least, min(w.steps for w in first_window.workers) // 2)
 
 
 def same_split_before(
