@@ -267,7 +267,8 @@ def _slowdown_lines(run: dict[str, Any], target: float, artifact: dict[str, Any]
         *_scatter_line(found, back),
         f"- Of those, the metrics' delay: a scrape interval and a rebalancer pass for each of the "
         f"rebalancer's two looks, about {found.get('metrics_delay_epochs')} of this run's short epochs; the "
-        "rebalancer itself answers at the boundary after half an epoch of confirming steps.",
+        "rebalancer itself answers at the boundary after its confirming steps (half an epoch, and at "
+        "least 10 steps).",
     ]
     return lines
 

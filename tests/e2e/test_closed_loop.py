@@ -224,8 +224,9 @@ def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
     for 1 : 0.5 : 0.25 again.
 
     How soon, in the epochs rank 0 ran (its own log): the epoch the slowdown begins in shows part of
-    it, which makes rank 0 suspect at its end; half of the next epoch confirms it; the new split
-    starts at the boundary after that, the third epoch from the one the slowdown began in. Add the
+    it, which makes rank 0 suspect at its end; the steps after that look confirm it (half an epoch,
+    and at least 10 steps: most of one of this job's short epochs); the new split starts at the
+    boundary after that, at the latest the fourth epoch from the one the slowdown began in. Add the
     epochs the metrics take to reach the rebalancer for each of the two looks (a scrape interval and
     a pass each: about two of this test's short epochs; a real job's epochs are minutes long)."""
     job = copy.deepcopy(demo_job())
