@@ -4,21 +4,18 @@ digits example on three speeds reaches what the same script reaches in one proce
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.jobs import SPEEDS, write_plan_atomically
 from tests.runtime.spawn import run_ranks
-from tests.runtime.test_byos import FIRST, SECOND, one_process, run_script
+from tests.runtime.test_byos import FIRST, SECOND, assert_matches_one_process, run_replanned
 
 import hetero_runtime.examples.lightning_digits as example
 from hetero_operator.plan import Plan
 from hetero_runtime.local import LocalJob
 
 EXAMPLE = str(Path(example.__file__))
-EPOCHS = 4
 
 
 def one_device_each(rank: int) -> dict[str, str]:
@@ -78,25 +75,13 @@ def test_lightning_resumes_from_its_checkpoint_where_the_loader_was(tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def on_three_speeds(tmp_path_factory: pytest.TempPathFactory) -> LocalJob:
-    work = tmp_path_factory.mktemp("lightning")
-
-    def act_as_operator(job: LocalJob, progress: dict[str, Any]) -> None:
-        if progress["epoch"] == 1:
-            write_plan_atomically(job.spec.plan_file, SECOND.to_json())
-
-    args = ["--epochs", str(EPOCHS), "--out", str(work / "out.json")]
-    return run_script(work, EXAMPLE, args, FIRST, SPEEDS, on_progress=act_as_operator)
+    return run_replanned(tmp_path_factory.mktemp("lightning"), EXAMPLE)
 
 
 def test_lightning_example_on_three_speeds_matches_one_process(
     on_three_speeds: LocalJob, tmp_path: Path
 ) -> None:
-    one_process(EXAMPLE, ["--epochs", str(EPOCHS), "--out", str(tmp_path / "one.json")])
-    alone = json.loads((tmp_path / "one.json").read_text())
-    together = json.loads((on_three_speeds.spec.work_dir / "out.json").read_text())
-    assert together["world_size"] == 3 and alone["world_size"] == 1
-    assert alone["accuracy"] >= 0.9
-    assert abs(together["accuracy"] - alone["accuracy"]) <= 0.01
+    assert_matches_one_process(on_three_speeds, EXAMPLE, tmp_path)
     # Re-split between epochs, without a restart.
     assert on_three_speeds.restarts == 0
     for rank, result in enumerate(on_three_speeds.results()):
