@@ -35,7 +35,8 @@ def test_lightning_steps_with_the_whole_global_batchs_gradient(tmp_path: Path) -
         3,
         tmp_path,
         timeout=150,
-        extra_env={"HETEROTRAIN_PLAN_SOURCE": str(tmp_path / "plan.json")},
+        # A new DataLoader every epoch: the planned batches carry on from where the last one was.
+        extra_env={"HETEROTRAIN_PLAN_SOURCE": str(tmp_path / "plan.json"), "RELOAD": "1"},
         rank_env=one_device_each,
     )
     # Two steps an epoch (70 samples, then the 71st, which falls to rank 0); a rank's share of a
@@ -47,7 +48,7 @@ def test_lightning_steps_with_the_whole_global_batchs_gradient(tmp_path: Path) -
     ]
     assert all(r["plan_versions"] == [0, 2, 2] for r in results)
     first = results[0]
-    assert first["samples_per_epoch"] == [True, True, True]
+    assert first["samples_per_epoch"] == [True, True, True] and first["orders_differ"]
     # The weights Lightning trained are those of plain SGD on the same global batches in one process.
     assert first["moved"] > 0.1
     assert first["max_abs_diff"] < 1e-5 * first["moved"], first

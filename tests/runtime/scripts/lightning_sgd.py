@@ -5,8 +5,9 @@ Every rank keeps which samples each of its steps trained on; rank 0 replays the 
 with plain SGD in float64 on one process, from the same initial weights, and reports how far the
 trained weights are from those.
 
-With CHECKPOINTS set, Lightning saves its last checkpoint there, and a run that finds one resumes
-from it (to EPOCHS epochs); rank 0 reports the weights it ends with."""
+With RELOAD=1 Lightning asks for a new training DataLoader every epoch. With CHECKPOINTS set,
+Lightning saves its last checkpoint there, and a run that finds one resumes from it (to EPOCHS
+epochs); rank 0 reports the weights it ends with."""
 
 import json
 import os
@@ -27,6 +28,7 @@ from hetero_runtime.wrap.lightning import HeteroStrategy
 torch.set_num_threads(1)
 EPOCHS, LR = int(os.environ.get("EPOCHS", "3")), 0.5
 CHECKPOINTS = os.environ.get("CHECKPOINTS")
+RELOAD = os.environ.get("RELOAD") == "1"  # a new training DataLoader every epoch
 generator = torch.Generator().manual_seed(1)
 inputs = torch.randn(71, 16, generator=generator)
 targets = torch.randint(0, 5, (71,), generator=generator)
@@ -64,6 +66,7 @@ trainer = pl.Trainer(
     accelerator="cpu",
     devices=1,
     max_epochs=EPOCHS,
+    reload_dataloaders_every_n_epochs=1 if RELOAD else 0,
     logger=False,
     enable_checkpointing=CHECKPOINTS is not None,
     callbacks=[ModelCheckpoint(dirpath=CHECKPOINTS, save_last=True)] if CHECKPOINTS else None,
@@ -97,6 +100,9 @@ if session.rank == 0 and len(module.seen) == 2 * EPOCHS:  # a whole run, not a r
     replayed = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
     report["max_abs_diff"] = float((trained - replayed).abs().max())
     report["moved"] = float((replayed - initial).abs().max())
+    # Each epoch in its own order (the loader's position carried the epoch on).
+    firsts = {tuple(i for seen in every_rank for i in seen[e * 2]) for e in range(EPOCHS)}
+    report["orders_differ"] = len(firsts) == EPOCHS
     report["samples_per_epoch"] = [
         sorted(i for seen in every_rank for s in seen[e * 2 : e * 2 + 2] for i in s) == list(range(71))
         for e in range(EPOCHS)

@@ -237,6 +237,8 @@ class HeteroStrategy(DDPStrategy):
         if self.restored:
             loader.load_state_dict(self.restored)
             self.restored = None
+        elif self.batches is not None:  # reloaded (reload_dataloaders_every_n_epochs): carry on
+            loader.load_state_dict(self.batches.loader.state_dict())
         return loader
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
