@@ -85,10 +85,7 @@ class JobEnvironment(ClusterEnvironment):
 class _Placeholder:
     """What the training DataLoader yields: the step's batch is drawn when the step begins."""
 
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
+    __slots__ = ()
 
 
 class PlannedBatches:
@@ -107,7 +104,7 @@ class PlannedBatches:
         self.finish_epoch()  # an epoch left early (a limit on batches, an exception caught)
         self._live = iter(self.loader)
         self._steps = len(self.loader)
-        return (_Placeholder(index) for index in range(self._steps))
+        return (_Placeholder() for _ in range(self._steps))
 
     def draw(self) -> Any:
         if self._live is None:
