@@ -9,12 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_cases import row, small_trace, three_class_cluster
 
+from hetero_operator.resources import Strategy
 from hetero_operator.scheduler import Allocation, Decisions, Snapshot, WorkerSlot
 from hetero_operator.scheduler.free_index import ClusterState
 from hetero_operator.simulator.cluster import parse_cluster
 from hetero_operator.simulator.engine import EngineOptions, SimulationError, simulate
+from hetero_operator.simulator.jobs import build_job
 from hetero_operator.simulator.policies import POLICIES, FifoGangPolicy, make_policy
 from hetero_operator.simulator.policies.base import decisions
+from hetero_operator.simulator.rates import best_single_class_rate
 from hetero_operator.simulator.report import summarize
 from hetero_operator.simulator.trace import TraceJob
 from hetero_operator.simulator.workloads import RESNET18
@@ -165,3 +168,29 @@ def test_conservation_holds_for_any_small_trace(seed: int, policy: str, load: fl
     assert all(o.finish_s is not None and o.jct_s >= o.ideal_runtime_s for o in result.outcomes)
     held = sum(o.gpu_seconds for o in result.outcomes)
     assert held == pytest.approx(sum(result.busy_gpu_seconds.values()), rel=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["fifo-backfill", "greedy-fastest", "heterotrain"])
+def test_no_job_on_one_class_finishes_before_its_contention_free_bound(policy: str) -> None:
+    """The bound the scheduling benchmark compares policies with: start-up plus the work at the best
+    one-class rate a job could have alone. Every run on one class, queued, grown or restarted, is
+    slower; an even-split job alone on an empty cluster reaches it."""
+    cluster = three_class_cluster()
+    trace = [*small_trace(), row("alone", "resnet18", 2, 3600.0, arrival_s=10**7, gpus_max=4)]
+    options = EngineOptions()
+    catalog = tuple(sorted(cluster.classes, key=lambda c: c.name))
+    per_node = {c.name: 8 for c in catalog}
+    jobs = {r.job_id: build_job(r, cluster, pipelines=True, prior=options.prior) for r in trace}
+    result = simulate(cluster, trace, make_policy(policy), options)
+    checked = 0
+    for outcome in result.outcomes:
+        job = jobs[outcome.job_id]
+        if job.request.strategy is not Strategy.DATA or len(outcome.classes_used) != 1:
+            continue
+        rate = best_single_class_rate(job.request, per_node, catalog, options.prior)
+        bound = options.startup_s + job.work_samples / rate
+        assert outcome.jct_s >= bound * (1 - 1e-9), outcome.job_id
+        checked += 1
+        if outcome.job_id == "alone" and policy == "heterotrain":
+            assert outcome.jct_s == pytest.approx(bound, rel=1e-6)
+    assert checked >= len(trace) // 2

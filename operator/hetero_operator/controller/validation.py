@@ -26,7 +26,10 @@ def job_problems(
     job = facts.model
     problems = list(facts.problems)
     if job is not None:
-        problems += semantic_problems(job, launch or LaunchOptions())
+        launch = launch or LaunchOptions()
+        if launch not in facts.checked:
+            facts.checked[launch] = tuple(semantic_problems(job, launch))
+        problems += facts.checked[launch]
     return job, problems
 
 

@@ -10,6 +10,7 @@ efficiency for bubbles and activation transfers.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 from hetero_operator.planner.virtual_workers import Node, Slot, slowest_worker_throughput
 from hetero_operator.resources import Strategy
@@ -38,6 +39,23 @@ def peak_rate(job: JobRequest, classes: Catalog) -> float:
     allowed = {c.name for c in classes if job.allows(c.name)}
     fastest = min(p.alpha_ms for name, p in job.profile.per_class if name in allowed)
     return job.gpus_max * 1000.0 / fastest
+
+
+def best_single_class_rate(
+    job: JobRequest, gpus_per_node: Mapping[str, int], catalog: Catalog, prior: PriorModel
+) -> float:
+    """The highest samples/s a data-parallel job reaches on GPUs of one class it allows, of any count
+    from gpus.min to gpus.max on as few nodes as hold them, with the cluster to itself (0 where no
+    count splits its batch). ``gpus_per_node``: GPUs on each node of a class."""
+    best = 0.0
+    for gpu_class in gpus_per_node:
+        if not job.allows(gpu_class):
+            continue
+        for size in range(job.gpus_min, job.gpus_max + 1):
+            nodes = -(-size // gpus_per_node[gpu_class])
+            rate = data_parallel_rate(job, Counter({gpu_class: size}), nodes, catalog, prior)
+            best = max(best, rate or 0.0)
+    return best
 
 
 def data_parallel_rate(
