@@ -33,7 +33,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks_md import publish, replace_section
 from hetero_operator import metric_names
-from hetero_operator.controller import names
+from hetero_operator.controller import launcher, names
+from hetero_operator.controller.launcher import ClassLaunchInfo, LaunchSettings
+from hetero_operator.controller.plans import initial_plan
+from hetero_operator.resources import HeteroTrainJob
+from hetero_operator.resources.job_status import Allocation as StatusAllocation
+from hetero_operator.resources.job_status import WorkerAllocation
 from hetero_operator.testbed.cluster import NODE_LEASE_SECONDS, Testbed
 from hetero_operator.testbed.nodes import FakeNode, NodeList, node_manifest
 from progress import steps
@@ -242,17 +247,71 @@ def _usable(node: dict[str, Any]) -> bool:
     return ready and taints <= {"kwok.x-k8s.io/node"}
 
 
-def create_all(custom: kubernetes.client.CustomObjectsApi, manifests: list[dict[str, Any]]) -> None:
-    """Create the jobs from 16 threads (kubectl throttles itself to a few requests a second)."""
+def create_all(
+    custom: kubernetes.client.CustomObjectsApi, manifests: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Create the jobs from 16 threads (kubectl throttles itself to a few requests a second); the
+    objects as created."""
 
-    def create(manifest: dict[str, Any]) -> None:
+    def create(manifest: dict[str, Any]) -> dict[str, Any]:
         namespace = manifest["metadata"]["namespace"]
-        custom.create_namespaced_custom_object(
-            "heterotrain.io", "v1alpha1", namespace, "heterotrainjobs", manifest
+        return dict(
+            custom.create_namespaced_custom_object(
+                "heterotrain.io", "v1alpha1", namespace, "heterotrainjobs", manifest
+            )
         )
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(create, manifests))
+        return list(pool.map(create, manifests))
+
+
+def first_fit(bodies: list[dict[str, Any]], node_count: int) -> list[StatusAllocation]:
+    """Each job's gang on one class it allows (fastest first), a worker per GPU, nodes filled in order;
+    the benchmark's jobs all fit."""
+    free = {node.name: GPUS_PER_NODE for node in nodes(node_count).nodes}
+    allocations = []
+    for body in bodies:
+        size, allowed = body["spec"]["gpus"]["min"], body["spec"].get("gpuClasses") or list(CLASSES)
+        gpu_class = next(c for c in sorted(allowed, key=lambda c: -CLASSES[c]) if _free_in(free, c) >= size)
+        workers: list[WorkerAllocation] = []
+        for node in (n for n in free if n.startswith(f"{gpu_class}-")):
+            while free[node] and len(workers) < size:
+                free[node] -= 1
+                workers.append(WorkerAllocation(rank=len(workers), node=node, gpu_class=gpu_class, gpus=1))
+        allocations.append(StatusAllocation.from_workers(workers))
+    return allocations
+
+
+def _free_in(free: dict[str, int], gpu_class: str) -> int:
+    return sum(count for node, count in free.items() if node.startswith(f"{gpu_class}-"))
+
+
+def place_without_operator(
+    api: kubernetes.client.ApiClient, bodies: list[dict[str, Any]], node_count: int
+) -> None:
+    """What the operator writes for a job to run, and nothing else, from 16 threads: one status write
+    with the allocation, then the job's Service, plan ConfigMap and worker pods, built by the
+    operator's own builders (no events, no finalizer, no second status write)."""
+    custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
+    tolerations = ({"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"},)
+    settings = LaunchSettings(classes={name: ClassLaunchInfo(tolerations=tolerations) for name in CLASSES})
+    create = {
+        "Service": core.create_namespaced_service,
+        "ConfigMap": core.create_namespaced_config_map,
+        "Pod": core.create_namespaced_pod,
+    }
+
+    def place(body: dict[str, Any], allocation: StatusAllocation) -> None:
+        job = HeteroTrainJob.from_k8s(body)
+        namespace, name = job.namespace, job.name
+        status = {"status": {"allocation": allocation.to_wire()}}
+        custom.patch_namespaced_custom_object_status(*JOBS_API[:2], namespace, JOBS_API[2], name, status)
+        plan = initial_plan(job.spec, allocation, CLASSES)
+        for manifest in launcher.generation_manifests(job, allocation, plan, settings):
+            create[manifest["kind"]](namespace, manifest)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(place, bodies, first_fit(bodies, node_count)))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -332,8 +391,11 @@ def run(
     profile_to: Path | None = None,
     keep_log: Path | None = None,
     node_lease_seconds: int = NODE_LEASE_SECONDS,
+    with_operator: bool = True,
 ) -> dict[str, Any]:
-    """Progress (set-up steps, then jobs running) goes to stderr; stdout carries only the report."""
+    """Progress (set-up steps, then jobs running) goes to stderr; stdout carries only the report.
+    Without the operator, the benchmark writes what the operator would for each job to run (see
+    `place_without_operator`): what the test bed alone takes to run the same pods."""
     with (
         tempfile.TemporaryDirectory(prefix="heterotrain-scale-") as tmp,
         steps("jobs running", job_count) as progress,
@@ -353,35 +415,43 @@ def run(
                 bed.kubectl("create", "namespace", f"team-{team}")
             port = _free_port()
             log, cycle_log = Path(tmp) / "operator.log", Path(tmp) / "cycles.jsonl"
-            with log.open("wb") as out:
-                profile = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
-                operator = subprocess.Popen(
-                    [sys.executable, *profile, "-m", "hetero_operator", "operator", "--kubeconfig",
-                     str(bed.kubeconfig), "--metrics-port", str(port), "--prometheus-url", bed.prometheus_url,
-                     "--cycle-log", str(cycle_log), *(["-v"] if keep_log else [])],
-                    stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ),
-                )  # fmt: skip
-            _wait(lambda: "indexes " in log.read_text(), 180, "the operator to start")
+            if with_operator:
+                with log.open("wb") as out:
+                    profile = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
+                    operator = subprocess.Popen(
+                        [sys.executable, *profile, "-m", "hetero_operator", "operator", "--kubeconfig",
+                         str(bed.kubeconfig), "--metrics-port", str(port), "--prometheus-url",
+                         bed.prometheus_url, "--cycle-log", str(cycle_log), *(["-v"] if keep_log else [])],
+                        stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ),
+                    )  # fmt: skip
+                _wait(lambda: "indexes " in log.read_text(), 180, "the operator to start")
             manifests = jobs(job_count)
             watch = PlacementWatch(api, job_count)
             state = bed.state
             pids = {name: int(info["pid"]) for name, info in (state.processes if state else {}).items()}
-            pids |= {"operator": operator.pid, "benchmark": os.getpid()}
+            pids |= {"benchmark": os.getpid()} | ({"operator": operator.pid} if operator else {})
             metrics_url = f"http://127.0.0.1:{port}/metrics"
             cpu_before, requests_before = cpu_by_process(pids), api_requests(core)
-            sent_before = operator_requests(httpx.get(metrics_url, timeout=10).text)
+            sent_before = (
+                operator_requests(httpx.get(metrics_url, timeout=10).text) if operator else Counter()
+            )
             wall0, t0 = time.time(), time.monotonic()
-            create_all(custom, manifests)
+            created_jobs = create_all(custom, manifests)
             created = time.monotonic() - t0
             progress.doing(f"{job_count} jobs created in {created:.1f} s")
+            if operator is None:
+                place_without_operator(api, created_jobs, node_count)
             done = _until_running(watch, job_count, t0, progress)
             elapsed = (watch.all_placed_at or time.monotonic()) - t0
             cpu_after, requests_after = cpu_by_process(pids), api_requests(core)
-            sent = operator_requests(httpx.get(metrics_url, timeout=10).text) - sent_before
+            if operator is not None:
+                sent = operator_requests(httpx.get(metrics_url, timeout=10).text) - sent_before
             watch.stop()
             cycles = cycles_of(cycle_log, wall0)
             durations = [c["seconds"] for c in cycles if c["at"] <= wall0 + elapsed + 1.0]
             return {
+                "operator": operator is not None,
+                "cores": os.cpu_count(),
                 "nodes": node_count,
                 "jobs": job_count,
                 "node_lease_seconds": node_lease_seconds,
@@ -394,9 +464,9 @@ def run(
                 "cycle_p50": percentile(durations, 0.5),
                 "cycle_p99": percentile(durations, 0.99),
                 "cycle_max": max(durations, default=float("nan")),
-                "rss_mib": round(memory_kib(operator.pid, "VmRSS") / 1024, 1),
-                "peak_rss_mib": round(memory_kib(operator.pid, "VmHWM") / 1024, 1),
-                "operator_requests": dict(sent.most_common()),
+                "rss_mib": round(memory_kib(operator.pid, "VmRSS") / 1024, 1) if operator else None,
+                "peak_rss_mib": round(memory_kib(operator.pid, "VmHWM") / 1024, 1) if operator else None,
+                "operator_requests": dict(sent.most_common()) if operator else {},
                 # Requests the API server served meanwhile from every client (watches aside).
                 "api_requests": dict((requests_after - requests_before).most_common()),
                 # CPU seconds each process spent from the first create to the end of the run.
@@ -468,7 +538,11 @@ DESCRIPTION = (
     "what it sent (`heterotrain_operator_kube_requests_total`, watches aside); below, everything the API "
     "server served meanwhile (its `apiserver_request_total`: KWOK's pod status updates and node leases, the "
     "controller manager, the benchmark's watches), and the CPU seconds each process spent (from /proc). "
-    "Everything shares the 2-core machine. The table is generated from `bench/results/scheduler_scale.json`."
+    "Everything shares the 2-core machine. The last row is the same workload on a fresh test bed without "
+    "the operator: the benchmark itself writes, from 16 threads, only what a job needs to run (one status "
+    "write with a first-fit allocation, the Service, the plan ConfigMap and the worker pods, built by the "
+    "operator's own builders), so its rate is what the test bed alone allows on this machine. The table is "
+    "generated from `bench/results/scheduler_scale.json`."
 )
 COLUMNS = (
     "nodes",
@@ -502,20 +576,26 @@ def render(artifact: dict[str, Any]) -> str:
     ]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
+        by_operator = r.get("operator", True)
         cells = [
-            str(r["nodes"]),
+            str(r["nodes"]) + ("" if by_operator else " (no operator)"),
             str(r["jobs"]),
             str(r["running"]),
             f"{r['seconds']:.1f}",
             f"{r['jobs_per_second']:.1f}",
             f"{r['create_seconds']:.1f}",
-            str(r["cycles"]),
-            f"{r['cycle_p50'] * 1000:.0f}",
-            f"{r['cycle_p99'] * 1000:.0f}",
-            f"{r['cycle_max'] * 1000:.0f}",
-            f"{per_job(r['operator_requests'], r['jobs']):.2f}",
-            f"{r['rss_mib']:.0f} ({r['peak_rss_mib']:.0f})",
         ]
+        if by_operator:
+            cells += [
+                str(r["cycles"]),
+                f"{r['cycle_p50'] * 1000:.0f}",
+                f"{r['cycle_p99'] * 1000:.0f}",
+                f"{r['cycle_max'] * 1000:.0f}",
+                f"{per_job(r['operator_requests'], r['jobs']):.2f}",
+                f"{r['rss_mib']:.0f} ({r['peak_rss_mib']:.0f})",
+            ]
+        else:
+            cells += ["–"] * (len(COLUMNS) - len(cells))
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -527,11 +607,17 @@ def render(artifact: dict[str, Any]) -> str:
         served = r["api_requests"]
         all_served = ", ".join(f"{what} {count / r['jobs']:.2f}" for what, count in served.items() if count)
         spent = ", ".join(f"{name} {seconds:.1f}" for name, seconds in r["cpu_seconds"].items())
-        lines.append(f"- {r['nodes']} nodes, {r['jobs']} jobs in {r['seconds']:.1f} s")
-        lines.append(f"  - operator requests per job: {sent}")
+        if not r.get("operator", True):
+            lines.append(
+                f"- without the operator: {r['nodes']} nodes, {r['jobs']} jobs in {r['seconds']:.1f} s"
+            )
+        else:
+            lines.append(f"- {r['nodes']} nodes, {r['jobs']} jobs in {r['seconds']:.1f} s")
+            lines.append(f"  - operator requests per job: {sent}")
         lines.append(f"  - API server, all clients, per job ({sum(served.values())} in all): {all_served}")
         lines.append(f"  - CPU seconds (two cores: 2 s a second): {spent}")
     targets = artifact["targets"]
+    lines += ceiling(rows, targets["jobs_per_second"])
     lines += [
         "",
         "Targets on this 2-core machine (1,000 nodes, 500 jobs): at least "
@@ -541,6 +627,28 @@ def render(artifact: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def ceiling(rows: list[dict[str, Any]], target: float) -> list[str]:
+    """What the run without the operator says about the run with it and about the target."""
+    alone = [r for r in rows if not r.get("operator", True)]
+    with_operator = [r for r in rows if r.get("operator", True)]
+    if not alone or not with_operator:
+        return []
+    bed, run = alone[0], with_operator[0]
+    spent = sum(bed["cpu_seconds"].values())
+    verdict = (
+        f"below the target of {target:g}: on this machine no operator can meet it"
+        if bed["jobs_per_second"] < target
+        else f"the target of {target:g} lies below it"
+    )
+    return [
+        "",
+        f"Without the operator, the test bed alone ran the same pods at {bed['jobs_per_second']:.1f} jobs/s, "
+        f"spending {spent:.0f} CPU seconds of the {bed['cores'] * bed['seconds']:.0f} its "
+        f"{bed['cores']} cores had: {verdict}. "
+        f"With the operator: {run['jobs_per_second'] / bed['jobs_per_second']:.0%} of that rate.",
+    ]
 
 
 def artifact_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -568,6 +676,11 @@ def main() -> None:
         help="fake nodes' lease duration, renewed every quarter of it (default "
         f"{NODE_LEASE_SECONDS}, a kubelet's); several values run one after the other, a row each",
     )
+    parser.add_argument(
+        "--operator-only",
+        action="store_true",
+        help="skip the run without the operator (the benchmark writes the operator's objects itself)",
+    )
     args = parser.parse_args()
     if args.render:
         replace_section(render(json.loads(ARTIFACT.read_text())))
@@ -577,6 +690,8 @@ def main() -> None:
         run(node_count, job_count, args.profile, args.operator_log, lease)
         for lease in args.node_lease_seconds
     ]
+    if not args.operator_only:
+        runs.append(run(node_count, job_count, with_operator=False))
     artifact = artifact_of(runs)
     publish(artifact, render(artifact), ARTIFACT, args.write)
 

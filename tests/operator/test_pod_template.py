@@ -209,14 +209,16 @@ def test_each_guard_refuses_by_default_and_its_setting_allows(
 
 
 def test_a_version_checked_once_answers_for_each_setting_it_was_checked_under() -> None:
-    """The cycle checks every job each time; a job's version is checked once per setting, and an
-    object rebuilt from it (an assumed status) is checked afresh."""
+    """The cycle checks every job each time: a job's version is checked again only under other
+    settings (the operator's carry a mapping of classes), and an object rebuilt from it (an assumed
+    status) is checked afresh."""
     facts = JobFacts.from_body(job_body(template={"spec": {"hostNetwork": True}}))
-    allowed = launcher.LaunchOptions(guards=WorkerGuards(allow_host_namespaces=True))
+    allowed = launcher.LaunchSettings(guards=WorkerGuards(allow_host_namespaces=True), classes={"a": {}})
     for _ in range(2):
         assert [p.split(":")[0] for p in job_problems(facts)[1]] == ["spec.template.spec.hostNetwork"]
         assert job_problems(facts, allowed)[1] == []
-    assert dataclasses.replace(facts, phase="Running").checked == {}
+    assert job_problems(facts, dataclasses.replace(allowed, classes={"a": {}}))[1] == []
+    assert dataclasses.replace(facts, phase="Running").checked == []
 
 
 def test_the_network_policy_lets_in_the_job_and_prometheus_only() -> None:

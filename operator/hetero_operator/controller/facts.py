@@ -6,7 +6,7 @@ every decision reads plain typed fields.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -224,10 +224,10 @@ class JobFacts:
     problems: tuple[str, ...] = ()
     phase: str | None = None
     finalizers: tuple[str, ...] = ()
-    # Semantic problems by the settings they were checked under: the index keeps one object per version
-    # of the job, and every cycle checks every job, so each version is checked once per setting.
-    checked: dict[Hashable, tuple[str, ...]] = field(
-        default_factory=dict, init=False, compare=False, repr=False
+    # The semantic problems found under the last settings the job was checked with: the index keeps one
+    # object per version of the job and every cycle checks every job, so a version is checked once.
+    checked: list[tuple[object, tuple[str, ...]]] = field(
+        default_factory=list, init=False, compare=False, repr=False
     )
 
     @property

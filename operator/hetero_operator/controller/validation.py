@@ -27,9 +27,9 @@ def job_problems(
     problems = list(facts.problems)
     if job is not None:
         launch = launch or LaunchOptions()
-        if launch not in facts.checked:
-            facts.checked[launch] = tuple(semantic_problems(job, launch))
-        problems += facts.checked[launch]
+        if not facts.checked or facts.checked[0][0] != launch:
+            facts.checked[:] = [(launch, tuple(semantic_problems(job, launch)))]
+        problems += facts.checked[0][1]
     return job, problems
 
 
