@@ -28,7 +28,7 @@ from rich.console import Console
 from benchmarks_md import publish, replace_section
 from hetero_operator.demo.run import DemoSettings, demo_job, measured_speeds, run_demo
 from hetero_operator.demo.slowdown import Slowdown, recovery, slowed_rank
-from hetero_operator.rebalance.runner import RebalancerTuning
+from hetero_operator.rebalance.settings import RebalancerTuning
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.versions import cache_root
 

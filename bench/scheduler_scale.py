@@ -305,10 +305,13 @@ def place_without_operator(
         job = HeteroTrainJob.from_k8s(body)
         namespace, name = job.namespace, job.name
         status = {"status": {"allocation": allocation.to_wire()}}
-        custom.patch_namespaced_custom_object_status(*JOBS_API[:2], namespace, JOBS_API[2], name, status)
+        # Responses stay raw: turning each into the client's models would cost more than the writes.
+        custom.patch_namespaced_custom_object_status(
+            *JOBS_API[:2], namespace, JOBS_API[2], name, status, _preload_content=False
+        )
         plan = initial_plan(job.spec, allocation, CLASSES)
         for manifest in launcher.generation_manifests(job, allocation, plan, settings):
-            create[manifest["kind"]](namespace, manifest)
+            create[manifest["kind"]](namespace, manifest, _preload_content=False)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(place, bodies, first_fit(bodies, node_count)))
@@ -629,26 +632,40 @@ def render(artifact: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+TEST_BED_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok", "prometheus")
+
+
 def ceiling(rows: list[dict[str, Any]], target: float) -> list[str]:
-    """What the run without the operator says about the run with it and about the target."""
+    """What the test bed's own CPU leaves an operator on these cores, from each run with the
+    operator, and the rate of the run without it."""
+    with_operator = [r for r in rows if r.get("operator", True) and "cores" in r]
     alone = [r for r in rows if not r.get("operator", True)]
-    with_operator = [r for r in rows if r.get("operator", True)]
-    if not alone or not with_operator:
+    if not with_operator:
         return []
-    bed, run = alone[0], with_operator[0]
-    spent = sum(bed["cpu_seconds"].values())
-    verdict = (
-        f"below the target of {target:g}: on this machine no operator can meet it"
-        if bed["jobs_per_second"] < target
-        else f"the target of {target:g} lies below it"
-    )
-    return [
+    lines = [""]
+    for run in with_operator:
+        bed = sum(run["cpu_seconds"].get(name, 0.0) for name in TEST_BED_PROCESSES)
+        cores, jobs_count = run["cores"], run["jobs"]
+        left = cores * jobs_count / target - bed
+        lines.append(
+            f"- The operator's run of {run['seconds']:.1f} s: the test bed's own processes spent {bed:.1f} "
+            f"CPU seconds, so with an operator that cost nothing the {cores} cores would run at most about "
+            f"{cores * jobs_count / bed:.1f} jobs/s. At {target:g} jobs/s the run would last "
+            f"{jobs_count / target:.0f} s, leaving the operator {left:.1f} CPU seconds for {jobs_count} jobs "
+            f"({1000 * left / jobs_count:.0f} ms a job); it spent {run['cpu_seconds']['operator']:.1f}."
+        )
+    for bare in alone:
+        lines.append(
+            f"- Without the operator, the benchmark writing only what each job needs "
+            f"({bare['cpu_seconds'].get('benchmark', 0):.1f} CPU seconds, the Kubernetes Python client) ran "
+            f"the same pods at {bare['jobs_per_second']:.1f} jobs/s."
+        )
+    lines += [
         "",
-        f"Without the operator, the test bed alone ran the same pods at {bed['jobs_per_second']:.1f} jobs/s, "
-        f"spending {spent:.0f} CPU seconds of the {bed['cores'] * bed['seconds']:.0f} its "
-        f"{bed['cores']} cores had: {verdict}. "
-        f"With the operator: {run['jobs_per_second'] / bed['jobs_per_second']:.0%} of that rate.",
+        f"The test bed's processes are {', '.join(TEST_BED_PROCESSES)}; node-lease renewals and scrapes "
+        "among their work are paid by the second, the rest by the job.",
     ]
+    return lines
 
 
 def artifact_of(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from hetero_operator.controller.plans import plan_status
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance.decide import RebalanceDecision
 from hetero_operator.rebalance.job_metrics import fetch_snapshot
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
 from hetero_operator.resources import HeteroTrainJob
 
 

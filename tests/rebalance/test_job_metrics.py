@@ -22,7 +22,9 @@ from hetero_operator.rebalance.job_metrics import (
     snapshot_queries,
     worth_writing,
 )
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.resources import Progress
 
 URL = "http://prometheus.invalid"

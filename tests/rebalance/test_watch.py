@@ -19,7 +19,9 @@ from hetero_operator.plan import Plan
 from hetero_operator.rebalance import promql
 from hetero_operator.rebalance.job_metrics import JobSample, MetricsSnapshot
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.watch import (
     PARTS,
     SPEED_CHANGED,

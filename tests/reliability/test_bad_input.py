@@ -32,7 +32,9 @@ from tests.rebalance.running_job import tick as rebalance_pass
 from hetero_operator import metric_names
 from hetero_operator.controller import names
 from hetero_operator.plan import Plan
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.processes import free_port
 from hetero_runtime.plan_client import FilePlanSource, PlanTracker

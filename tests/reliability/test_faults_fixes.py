@@ -12,7 +12,9 @@ from tests.rebalance.running_job import metrics_available, running_job, tick
 
 from hetero_operator.controller.lifecycle import LifecycleConfig, Observation, reconcile
 from hetero_operator.plan import Plan
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.resources import Condition, ConditionStatus, HeteroTrainJobStatus, Phase
 
 PLAN = Plan(version=2, world_size=2, global_batch=64, local_batches=[32, 32])

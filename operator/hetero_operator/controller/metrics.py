@@ -71,6 +71,11 @@ class OperatorMetrics:
             [names.LABEL_NAMESPACE, names.LABEL_JOB, names.LABEL_PLAN_VERSION],
             registry=r,
         )
+        self._add_queue_metrics(r)
+        self._plan_versions: dict[tuple[str, str], str] = {}
+
+    def _add_queue_metrics(self, r: CollectorRegistry) -> None:
+        """Per-queue usage, quota and fair-share gauges."""
         per_class = [names.LABEL_QUEUE, names.LABEL_GPU_CLASS]
         self.queue_gpus = Gauge(names.QUEUE_GPUS, "GPUs a queue's jobs hold.", per_class, registry=r)
         self.queue_nominal = Gauge(
@@ -88,7 +93,6 @@ class OperatorMetrics:
         self.queue_share = Gauge(
             names.QUEUE_SHARE, "Weighted share: lowest is served first.", [names.LABEL_QUEUE], registry=r
         )
-        self._plan_versions: dict[tuple[str, str], str] = {}
 
     def count_request(self, verb: str, resource: str) -> None:
         self.kube_requests.labels(verb, resource).inc()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetero_operator.demo.run import progress_lines
-from hetero_operator.rebalance.runner import RebalancerTuning
+from hetero_operator.rebalance.settings import RebalancerTuning
 from hetero_operator.rebalance.watch import SPEED_CHANGED
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.local_pods import SLOWDOWN_ANNOTATION

@@ -24,7 +24,7 @@ from hetero_operator.controller.scheduling_loop import INDEX_NAMES, SchedulingLo
 from hetero_operator.kueue import constants as kueue
 from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
 from hetero_operator.manager.job_tasks import PrometheusTasks
-from hetero_operator.rebalance.runner import RebalancerSettings
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.resources import (
     GROUP,
     VERSION,

@@ -12,7 +12,9 @@ from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.k8s import KubeClient
 from hetero_operator.controller.metrics import OperatorMetrics
 from hetero_operator.rebalance.job_metrics import JobMetricsPoller
-from hetero_operator.rebalance.runner import JobMemory, Rebalancer, RebalancerSettings
+from hetero_operator.rebalance.memory import JobMemory
+from hetero_operator.rebalance.runner import Rebalancer
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.tasks import JobPass, JobTaskRunner, wants_rebalancer
 from hetero_operator.resources import HeteroTrainJob
 

@@ -26,7 +26,7 @@ from hetero_operator.controller.peering import (
     start_priority,
 )
 from hetero_operator.controller.scheduling_loop import LoopConfig, LoopTiming
-from hetero_operator.rebalance.runner import RebalancerSettings, RebalancerTuning
+from hetero_operator.rebalance.settings import RebalancerSettings, RebalancerTuning
 from hetero_operator.scheduler import SchedulerConfig
 
 # The groups the Helm chart renders from `operator.settings` (the rest come from other chart values).

@@ -8,12 +8,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 import httpx
-from pydantic import Field
-from pydantic.dataclasses import dataclass as settings
 
 from hetero_operator.controller import launcher, names
 from hetero_operator.controller.clock import Clock
@@ -39,6 +37,8 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
+from hetero_operator.rebalance.memory import JobMemory, due, watch_due
+from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
 from hetero_operator.rebalance.watch import (
     SUSPECT_CHANGE,
@@ -64,97 +64,6 @@ class KubeWriter(Protocol):
     async def create(self, manifest: Mapping[str, Any]) -> bool: ...
 
     async def create_or_replace_data(self, manifest: Mapping[str, Any]) -> None: ...
-
-
-@settings(frozen=True)
-class RebalancerTuning:
-    """How running jobs are measured and rebalanced (the operator's settings)."""
-
-    min_steps: Annotated[
-        int, Field(ge=1, description="Steps every worker must have run under a plan before it is judged.")
-    ] = 3
-    max_staleness_seconds: Annotated[
-        float, Field(gt=0, description="Worker metrics older than this are stale: no decision is taken.")
-    ] = 60.0
-    # A Prometheus that comes back finds the worker pods again and scrapes each within a few
-    # intervals; a rank it has not scraped by then is missing in earnest.
-    rediscovery_grace_seconds: Annotated[
-        float,
-        Field(ge=0, description="After a Prometheus outage, how long a rank without series is waited for."),
-    ] = 30.0
-    # A change is judged, and the new split decided, on the steps after the look that saw it alone:
-    # a mean of fewer steps carries the steps' own noise (a busy host's) into the new split.
-    min_confirming_steps: Annotated[
-        int,
-        Field(
-            ge=1,
-            description="Fewest steps after a change of speed that confirm it and size the new split.",
-        ),
-    ] = 10
-    tick_seconds: Annotated[
-        float, Field(gt=0, description="Seconds between two looks at every running job's metrics.")
-    ] = 2.0
-    # While Prometheus is away, look again sooner: the job should not finish an epoch still saying
-    # so after it is back.
-    retry_seconds: Annotated[
-        float, Field(gt=0, description="Seconds between two looks while Prometheus does not answer.")
-    ] = 0.5
-
-
-@settings(frozen=True, kw_only=True)
-class RebalancerSettings(RebalancerTuning):
-    prometheus_url: str
-
-
-@dataclass
-class JobMemory:
-    """What the job's rebalancer remembers between ticks; everything else is re-read (restart-safe)."""
-
-    measured: dict[int, JobMeasurements] = field(default_factory=dict)  # by plan version
-    plans: dict[int, Plan] = field(default_factory=dict)
-    last_decided_version: int = 0
-    converged: bool = False  # the last rebalance did not pay off as measured: keep the split
-    prometheus_unreachable: bool = False  # the last pass could not reach Prometheus
-    prometheus_back_at: float | None = None  # monotonic time Prometheus answered after an outage
-    # Watching a settled split: each rank's totals at the last look, the epoch of that look, and the
-    # compute per sample the split was decided (or last re-judged) with, by plan version.
-    totals: dict[int, Totals] = field(default_factory=dict)
-    watched_epoch: int = -1
-    baselines: dict[int, dict[int, float]] = field(default_factory=dict)
-    # A change seen in one window only: it may have begun inside it, so the next window decides,
-    # once it has this many steps (by plan version).
-    suspected: dict[int, int] = field(default_factory=dict)
-    # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
-    history_from: int = 0
-    # Plan versions whose round showed a worker's speed moved since the round before: the change may
-    # have begun inside the round, so the steps after it are waited for and the split decided on them.
-    straddled: set[int] = field(default_factory=set)
-
-
-def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
-    """Has the job run `everyEpochs` under its newest plan (as its status says), with an epoch
-    boundary still ahead, and no decision taken on that plan yet?"""
-    plan = job.status.plan if job.status is not None else None
-    if plan is None or epoch is None or epoch < plan.epoch + job.spec.rebalance.every_epochs:
-        return False
-    # The last epoch: no boundary is left for a new plan to start at, and workers that finish drop
-    # out of the metrics (which is no fault of theirs).
-    if job.spec.epochs and epoch + 1 >= job.spec.epochs:
-        return False
-    return plan.version > memory.last_decided_version
-
-
-def watch_due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
-    """Has the job run `everyEpochs` more since the last look at a plan already decided on (or is a
-    change seen at the last look waiting to be confirmed), with an epoch boundary still ahead?"""
-    plan = job.status.plan if job.status is not None else None
-    if plan is None or epoch is None or plan.version != memory.last_decided_version:
-        return False
-    if job.spec.epochs and epoch + 1 >= job.spec.epochs:
-        return False
-    if plan.version in memory.suspected:
-        return True  # looked at every pass until the confirming window has its steps
-    return epoch >= memory.watched_epoch + job.spec.rebalance.every_epochs
 
 
 class Rebalancer:
