@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +32,18 @@ def publish(artifact: dict[str, Any], text: str, artifact_path: Path, write: boo
         artifact_path.parent.mkdir(parents=True, exist_ok=True)
         artifact_path.write_text(json.dumps(artifact, indent=1) + "\n")
         replace_section(text)
+
+
+def section_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--write` (regenerate the section too) and `--from-json FILE` (only the section, from a
+    committed artifact)."""
+    parser.add_argument("--write", action="store_true", help="regenerate BENCHMARKS.md's section")
+    parser.add_argument("--from-json", type=Path, help="only regenerate the section from this artifact")
+
+
+def rendered_from_json(args: argparse.Namespace, report: Callable[[dict[str, Any]], str]) -> bool:
+    """With `--from-json`, regenerate the section from that artifact and say so (nothing is run)."""
+    if args.from_json is None:
+        return False
+    replace_section(report(json.loads(args.from_json.read_text())))
+    return True

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks_md import replace_section
+from benchmarks_md import rendered_from_json, replace_section, section_arguments
 from hetero_operator.scheduler import SchedulerConfig
 from hetero_operator.simulator.cluster import load_cluster
 from hetero_operator.simulator.engine import simulate
@@ -115,11 +115,9 @@ def report(document: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="regenerate BENCHMARKS.md's section")
-    parser.add_argument("--from-json", type=Path, help="only regenerate the section from this artifact")
+    section_arguments(parser)
     args = parser.parse_args()
-    if args.from_json is not None:
-        replace_section(report(json.loads(args.from_json.read_text())))
+    if rendered_from_json(args, report):
         return
     scenarios = [s for s in SCENARIOS if s.cluster_file == "cluster-64.yaml" and s.load >= 0.8]
     document: dict[str, Any] = {"seeds": list(SEEDS), "scenarios": []}

@@ -17,13 +17,12 @@ Writes bench/results/scheduling_bound.json; ``--write`` also regenerates BENCHMA
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks_md import replace_section
+from benchmarks_md import publish, rendered_from_json, section_arguments
 from hetero_operator.resources import Strategy
 from hetero_operator.simulator.cluster import load_cluster
 from hetero_operator.simulator.engine import EngineOptions, simulate
@@ -132,11 +131,9 @@ def report(document: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help="regenerate BENCHMARKS.md's section")
-    parser.add_argument("--from-json", type=Path, help="only regenerate the section from this artifact")
+    section_arguments(parser)
     args = parser.parse_args()
-    if args.from_json is not None:
-        replace_section(report(json.loads(args.from_json.read_text())))
+    if rendered_from_json(args, report):
         return
     tasks = [(scenario, seed) for scenario in SCENARIOS for seed in SEEDS]
     with ProcessPoolExecutor(args.workers) as pool:
@@ -144,11 +141,7 @@ def main() -> None:
     document: dict[str, Any] = {"seeds": list(SEEDS), "scenarios": []}
     for index, scenario in enumerate(SCENARIOS):
         document["scenarios"].append(summarise(scenario, runs[index * len(SEEDS) : (index + 1) * len(SEEDS)]))
-    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-    ARTIFACT.write_text(json.dumps(document, indent=1) + "\n")
-    print(report(document))
-    if args.write:
-        replace_section(report(document))
+    publish(document, report(document), ARTIFACT, args.write)
 
 
 if __name__ == "__main__":
