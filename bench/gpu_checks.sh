@@ -6,12 +6,20 @@
 # bench/results/).
 #
 #     bash bench/gpu_checks.sh OUTDIR [pytest arguments...]
+#
+# A machine that cannot reach a package index and whose Python lacks pydantic installs it from the wheels
+# in .gpuwheels, fetched beforehand on a machine that can:
+#     pip download pydantic pydantic-settings --python-version 3.12 --platform manylinux2014_x86_64 \
+#       --only-binary=:all: -d .gpuwheels
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [pytest arguments...]}
 shift
 mkdir -p "$out"
 export PYTHONPATH="operator:trainer_image:bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+if ! "$py" -c 'import pydantic' 2>/dev/null && [[ -d .gpuwheels ]]; then
+  "$py" -m pip install -q --no-index --find-links .gpuwheels pydantic pydantic-settings
+fi
 
 {
   date -u

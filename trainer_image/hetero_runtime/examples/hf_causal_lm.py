@@ -127,6 +127,7 @@ def main() -> None:
                 "lr": scheduler.get_last_lr()[0],
                 "checksums": checksums,
                 "world_size": world,
+                "device": heterotrain.device().type,
             }
             args.out.write_text(json.dumps(metrics))
     heterotrain.leave()  # with every rank (rank 0 was still evaluating), and end at once

@@ -27,6 +27,10 @@ class DigitsClassifier(pl.LightningModule):
         torch.manual_seed(0)
         self.model = ResidualCNN()
         self.lr = lr
+        self.trained_on = ""
+
+    def on_train_start(self) -> None:
+        self.trained_on = self.device.type  # Lightning moves the module back to the CPU when fit ends
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -69,7 +73,8 @@ def main() -> None:
     )
     trainer.fit(module, DataLoader(train, batch_size=args.batch_size, shuffle=True))
     if trainer.is_global_zero and args.out is not None:
-        metrics = {"accuracy": accuracy(module.model.cpu(), test), "world_size": trainer.world_size}
+        metrics: dict[str, Any] = {"accuracy": accuracy(module.model.cpu(), test)}
+        metrics |= {"world_size": trainer.world_size, "device": module.trained_on}
         args.out.write_text(json.dumps(metrics))
     leave()  # every rank leaves the job together, and ends
 
