@@ -28,6 +28,7 @@ from hetero_operator.rebalance.watch import (
     RankTotals,
     changed_speeds,
     moved_between_splits,
+    moved_within,
     per_sample_seconds,
     window,
 )
@@ -225,6 +226,29 @@ def test_a_change_that_began_late_in_an_epoch_is_caught_half_an_epoch_later() ->
     served(scenario)
 
 
+def test_a_change_that_begins_inside_the_confirming_window_is_sized_on_the_steps_after_it() -> None:
+    """An epoch only seemed slower (rank 0 13% slow: suspect, not a change); rank 0 then really slows
+    down 2x halfway through the window that would confirm it. That window's mean (0.67x) is no speed
+    rank 0 ever ran at: the split is sized on the steps after the window, at 0.5."""
+
+    async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
+        job = make(NOMINAL, SETTLED)
+        for _ in range(3):
+            await job.run(NOMINAL)
+        await job.run([0.87, 0.5, 0.25])  # suspect: the next half epoch confirms it or not
+        slowed = [0.5, 0.5, 0.25]
+        half_of_confirming = STEPS_PER_EPOCH // 4
+        await job.run(NOMINAL, half_of_confirming)
+        await job.run(slowed, half_of_confirming)
+        assert job.plans == {}, f"a split sized on a window the change began inside: {job.plans}"
+        await job.run(slowed, STEPS_PER_EPOCH // 2)
+        assert list(job.plans) == [5.0], "no new split on the steps after the window"
+        assert_proportional(job.newest(), slowed)
+        assert "rank 0 at 0.5x its speed" in reasons(job)[-1]
+
+    served(scenario)
+
+
 def test_a_step_that_only_seemed_slower_reopens_nothing() -> None:
     async def scenario(make: Callable[[list[float], Plan], WatchedJob]) -> None:
         job = make(NOMINAL, SETTLED)
@@ -291,6 +315,23 @@ def test_only_a_clear_change_counts() -> None:
     )
     assert window_measured is not None
     assert per_sample_seconds(window_measured, plan) == {0: pytest.approx(0.002), 1: pytest.approx(0.004)}
+
+
+def test_a_window_with_two_speeds_in_it_is_told_by_its_two_parts() -> None:
+    plan = Plan(version=1, world_size=1, global_batch=10, local_batches=[10])
+
+    def at(compute_seconds: float, steps: int) -> dict[int, RankTotals]:
+        return {0: RankTotals((compute_seconds, 0, 0, compute_seconds), (steps,) * 4)}
+
+    start, midway = at(0.0, 0), at(0.1, 5)  # 2 ms per sample over the first 5 steps
+    assert moved_within(start, [midway], at(0.2, 10), plan, 3) == {}  # the same speed throughout
+    slowed = at(0.3, 10)  # 4 ms per sample after the fifth step
+    assert moved_within(start, [midway], slowed, plan, 3) == {0: pytest.approx(0.5)}
+    # Of the looks part-way, the one with the most steps on both sides splits the window: a look
+    # after 2 steps alone tells nothing (too few before it), one after 9 neither (too few after it).
+    assert moved_within(start, [at(0.04, 2), at(0.26, 9)], slowed, plan, 3) == {}
+    assert moved_within(start, [at(0.04, 2), midway, at(0.26, 9)], slowed, plan, 3) == {0: pytest.approx(0.5)}
+    assert moved_within(start, [], slowed, plan, 3) == {}  # no look part-way: nothing to tell
 
 
 def test_a_worker_that_slows_down_as_a_new_split_starts_does_not_freeze_it() -> None:

@@ -28,6 +28,9 @@ class JobMemory:
     # A change seen in one window only: it may have begun inside it, so the next window decides,
     # once it has this many steps (by plan version).
     suspected: dict[int, int] = field(default_factory=dict)
+    # The totals at the looks part-way through that confirming window: a change that began inside it
+    # shows as two parts at different speeds (by plan version).
+    midway: dict[int, list[Totals]] = field(default_factory=dict)
     # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
     history_from: int = 0
     # Plan versions whose round showed a worker's speed moved since the round before: the change may

@@ -47,6 +47,7 @@ from hetero_operator.rebalance.watch import (
     confirming_steps,
     describe,
     moved_between_splits,
+    moved_within,
     per_sample_seconds,
     same_split_before,
     window,
@@ -207,17 +208,27 @@ class Rebalancer:
         before = memory.totals.get(plan.version)
         recent = window(before, totals, plan.version, epoch) if before is not None else None
         needed = memory.suspected.get(plan.version)
-        if needed is not None and (recent is None or min(w.steps for w in recent.workers) < needed):
+        steps = min(w.steps for w in recent.workers) if recent is not None else 0
+        if needed is not None and steps < needed:
+            memory.midway.setdefault(plan.version, []).append(totals)
             return None  # the confirming window goes on from the same look
         memory.totals[plan.version] = totals
         memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
-        if recent is None or min(w.steps for w in recent.workers) < self.settings.min_steps:
+        if recent is None or steps < self.settings.min_steps:
             return None
         speeds = per_sample_seconds(recent, plan)
         baseline = memory.baselines.get(plan.version, {})
         if needed is None:
-            if changed_speeds(baseline, speeds, SUSPECT_CHANGE):
+            if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
                 memory.suspected[plan.version] = confirming_steps(recent, self.settings.min_confirming_steps)
+                log.info("%s/%s: maybe %s (%d steps)", job.namespace, job.name, describe(suspect), steps)
+            return None
+        looks = memory.midway.pop(plan.version, [])
+        if before is not None and (
+            moved := moved_within(before, looks, totals, plan, self.settings.min_steps)
+        ):
+            # The change began inside the confirming window: confirm it on the steps after it.
+            log.info("%s/%s: %s inside the confirming window", job.namespace, job.name, describe(moved))
             return None
         memory.suspected.pop(plan.version, None)
         if plan.version in memory.straddled:

@@ -7,7 +7,7 @@ windows and changes out."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hetero_operator.plan import Plan
@@ -136,6 +136,28 @@ def confirming_steps(first_window: JobMeasurements, least: int) -> int:
     inside the second, so half an epoch of steps is enough to judge it, and it comes half an epoch
     after a whole one; short epochs need more than half of theirs for a mean that holds."""
     return max(least, min(w.steps for w in first_window.workers) // 2)
+
+
+def moved_within(
+    before: Totals, looks: Sequence[Totals], after: Totals, plan: Plan, least_steps: int
+) -> dict[int, float]:
+    """Ranks whose speed moved inside the window from `before` to `after`: rank -> speed in its
+    second part ÷ speed in its first, split at the look part-way through it (of `looks`) that leaves
+    the most steps on both sides. A window that a change began inside shows only part of it, so its
+    mean sizes no split. Empty when no look leaves `least_steps` steps of every rank on each side,
+    which judges nothing."""
+    best: tuple[int, JobMeasurements, JobMeasurements] | None = None
+    for look in looks:
+        first = window(before, look, plan.version, None)
+        second = window(look, after, plan.version, None)
+        if first is None or second is None:
+            continue
+        fewest = min(w.steps for w in (*first.workers, *second.workers))
+        if fewest >= least_steps and (best is None or fewest > best[0]):
+            best = (fewest, first, second)
+    if best is None:
+        return {}
+    return changed_speeds(per_sample_seconds(best[1], plan), per_sample_seconds(best[2], plan))
 
 
 def same_split_before(
