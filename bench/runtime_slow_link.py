@@ -102,11 +102,7 @@ def run_strategy(strategy: Strategy, namespaces: list[str], epochs: int, work_di
         ],
     )
     job = LocalJob(spec)
-    job.start()
-    try:
-        code = job.wait(900)
-    finally:
-        job.stop()
+    code = job.run(900)
     if code != 0:
         raise SystemExit(f"{strategy.value} failed; see {spec.work_dir / 'logs'}")
     rank0 = job.results()[0]

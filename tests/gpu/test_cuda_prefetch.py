@@ -3,17 +3,14 @@ whole and in order, and a script's HeteroDataLoader trains through them on the d
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from tests.gpu.one_worker import run_on_the_gpu
 
 import hetero_runtime.examples.ddp_digits_hetero as ported_example
-from hetero_operator.plan import Strategy
 from hetero_runtime.device import to_device
-from hetero_runtime.local import LocalJob, LocalJobSpec, initial_plan
 from hetero_runtime.prefetch import staged
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,23 +30,6 @@ def test_staged_batches_arrive_whole_and_in_order_while_the_gpu_computes() -> No
 
 
 def test_an_own_script_trains_on_the_gpu_through_the_loader(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
-    plan = initial_plan(Strategy.DATA, [1.0], 64)
-    spec = LocalJobSpec(
-        target="ddp_digits_hetero",
-        speeds=[1.0],
-        work_dir=tmp_path,
-        plan=plan,
-        max_restarts=0,
-        extra_env={"HETEROTRAIN_DEVICE": "auto"},
-        command=[sys.executable, str(Path(ported_example.__file__)), "--epochs", "3", "--out", str(out)],
-    )
-    job = LocalJob(spec)
-    job.start()
-    try:
-        code = job.wait(240)
-    finally:
-        job.stop()
-    assert code == 0, spec.log_file(0).read_text()[-3000:]
-    metrics = json.loads(out.read_text())
+    script = str(Path(ported_example.__file__))
+    metrics = run_on_the_gpu(tmp_path, "ddp_digits_hetero", script, ["--epochs", "3"], 64)
     assert metrics["world_size"] == 1 and metrics["accuracy"] >= 0.9

@@ -4,42 +4,16 @@ what they learn on the CPU (the thresholds of tests/runtime/test_lightning.py an
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.gpu.one_worker import run_on_the_gpu
 
 import hetero_runtime.examples.hf_causal_lm as hf_example
 import hetero_runtime.examples.lightning_digits as lightning_example
-from hetero_operator.plan import Strategy
-from hetero_runtime.local import LocalJob, LocalJobSpec, initial_plan
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def run_on_the_gpu(tmp_path: Path, name: str, script: str, args: list[str], batch: int) -> dict[str, Any]:
-    """The script as one worker's command, on the GPU the worker is given."""
-    out = tmp_path / "out.json"
-    spec = LocalJobSpec(
-        target=name,
-        speeds=[1.0],
-        work_dir=tmp_path,
-        plan=initial_plan(Strategy.DATA, [1.0], batch),
-        max_restarts=0,
-        extra_env={"HETEROTRAIN_DEVICE": "auto"},
-        command=[sys.executable, script, *args, "--out", str(out)],
-    )
-    job = LocalJob(spec)
-    job.start()
-    try:
-        code = job.wait(240)
-    finally:
-        job.stop()
-    assert code == 0, spec.log_file(0).read_text()[-3000:]
-    return dict(json.loads(out.read_text()))
 
 
 def test_a_lightning_script_trains_on_the_gpu(tmp_path: Path) -> None:

@@ -48,11 +48,7 @@ def run_job(
             on_progress(job, payload)
 
     job = LocalJob(spec, on_progress=forward)
-    job.start()
-    try:
-        code = job.wait(timeout)
-    finally:
-        job.stop()
+    code = job.run(timeout)
     logs = "\n".join(spec.log_file(r).read_text()[-3000:] for r in range(spec.workers))
     assert code == 0, f"job failed with {code}; logs:\n{logs}"
     return job

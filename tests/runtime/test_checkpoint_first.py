@@ -42,12 +42,7 @@ def spec_for(work_dir: Path, plan: Plan, annotations: Path) -> LocalJobSpec:
 
 
 def run(spec: LocalJobSpec, on_progress: Any = None) -> int:
-    job = LocalJob(spec, on_progress=on_progress)
-    job.start()
-    try:
-        return job.wait(240)
-    finally:
-        job.stop()
+    return LocalJob(spec, on_progress=on_progress).run(240)
 
 
 def annotate(path: Path) -> None:

@@ -235,6 +235,15 @@ class LocalJob:
         """Kill one worker abruptly (SIGKILL), as a node loss would."""
         self.processes[rank].send_signal(signal.SIGKILL)
 
+    def run(self, timeout_seconds: float) -> int:
+        """Start, wait as `wait` does, and stop whatever still runs: a timeout or an interrupt leaves
+        no worker behind."""
+        self.start()
+        try:
+            return self.wait(timeout_seconds)
+        finally:
+            self.stop()
+
     def wait(self, timeout_seconds: float) -> int:
         """Run to completion, restarting after failures; returns 0 on success, else the failing code."""
         deadline = time.monotonic() + timeout_seconds

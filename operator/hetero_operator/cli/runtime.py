@@ -108,8 +108,7 @@ def run_local(
             )
 
         job = LocalJob(spec, on_progress=show)
-        job.start()
-        code = job.wait(timeout)
+        code = job.run(timeout)
     if code != 0:
         console.print(f"[red]job failed[/] (exit {code}); worker logs in {directory / 'logs'}")
         raise typer.Exit(code)
