@@ -11,6 +11,15 @@ from hetero_operator.resources import HeteroTrainJob
 
 
 @dataclass
+class Confirming:
+    """The window that confirms a suspected change: the steps it needs, and the totals at the looks
+    part-way through it (a change that began inside it shows as two parts at different speeds)."""
+
+    steps: int
+    looks: list[Totals] = field(default_factory=list)
+
+
+@dataclass
 class JobMemory:
     """What the job's rebalancer remembers between ticks; everything else is re-read (restart-safe)."""
 
@@ -25,12 +34,9 @@ class JobMemory:
     totals: dict[int, Totals] = field(default_factory=dict)
     watched_epoch: int = -1
     baselines: dict[int, dict[int, float]] = field(default_factory=dict)
-    # A change seen in one window only: it may have begun inside it, so the next window decides,
-    # once it has this many steps (by plan version).
-    suspected: dict[int, int] = field(default_factory=dict)
-    # The totals at the looks part-way through that confirming window: a change that began inside it
-    # shows as two parts at different speeds (by plan version).
-    midway: dict[int, list[Totals]] = field(default_factory=dict)
+    # A change seen in one window only: it may have begun inside it, so the next window decides (by
+    # plan version).
+    suspected: dict[int, Confirming] = field(default_factory=dict)
     # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
     history_from: int = 0
     # Plan versions whose round showed a worker's speed moved since the round before: the change may

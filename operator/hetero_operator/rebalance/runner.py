@@ -37,7 +37,7 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
-from hetero_operator.rebalance.memory import JobMemory, due, watch_due
+from hetero_operator.rebalance.memory import Confirming, JobMemory, due, watch_due
 from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
 from hetero_operator.rebalance.watch import (
@@ -175,7 +175,9 @@ class Rebalancer:
         log.info("%s/%s: %s; judged on the steps after this round", job.namespace, job.name, describe(moved))
         memory.last_decided_version = plan.version
         memory.straddled.add(plan.version)
-        memory.suspected[plan.version] = confirming_steps(measured, self.settings.min_confirming_steps)
+        memory.suspected[plan.version] = Confirming(
+            confirming_steps(measured, self.settings.min_confirming_steps)
+        )
         await self._start_watching(job, plan, measured, memory, epoch)
 
     async def _start_watching(
@@ -207,10 +209,10 @@ class Rebalancer:
             return None  # the outage is reported by the snapshot's pass
         before = memory.totals.get(plan.version)
         recent = window(before, totals, plan.version, epoch) if before is not None else None
-        needed = memory.suspected.get(plan.version)
+        confirming = memory.suspected.get(plan.version)
         steps = min(w.steps for w in recent.workers) if recent is not None else 0
-        if needed is not None and steps < needed:
-            memory.midway.setdefault(plan.version, []).append(totals)
+        if confirming is not None and steps < confirming.steps:
+            confirming.looks.append(totals)
             return None  # the confirming window goes on from the same look
         memory.totals[plan.version] = totals
         memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
@@ -218,17 +220,18 @@ class Rebalancer:
             return None
         speeds = per_sample_seconds(recent, plan)
         baseline = memory.baselines.get(plan.version, {})
-        if needed is None:
+        if confirming is None:
             if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
-                memory.suspected[plan.version] = confirming_steps(recent, self.settings.min_confirming_steps)
+                needed = confirming_steps(recent, self.settings.min_confirming_steps)
+                memory.suspected[plan.version] = Confirming(needed)
                 log.info("%s/%s: maybe %s (%d steps)", job.namespace, job.name, describe(suspect), steps)
             return None
-        looks = memory.midway.pop(plan.version, [])
         if before is not None and (
-            moved := moved_within(before, looks, totals, plan, self.settings.min_steps)
+            moved := moved_within(before, confirming.looks, totals, plan, self.settings.min_steps)
         ):
             # The change began inside the confirming window: confirm it on the steps after it.
             log.info("%s/%s: %s inside the confirming window", job.namespace, job.name, describe(moved))
+            memory.suspected[plan.version] = Confirming(confirming.steps)
             return None
         memory.suspected.pop(plan.version, None)
         if plan.version in memory.straddled:

@@ -73,8 +73,11 @@ def main() -> None:
     )
     trainer.fit(module, DataLoader(train, batch_size=args.batch_size, shuffle=True))
     if trainer.is_global_zero and args.out is not None:
-        metrics: dict[str, Any] = {"accuracy": accuracy(module.model.cpu(), test)}
-        metrics |= {"world_size": trainer.world_size, "device": module.trained_on}
+        metrics = {
+            "accuracy": accuracy(module.model.cpu(), test),
+            "world_size": trainer.world_size,
+            "device": module.trained_on,
+        }
         args.out.write_text(json.dumps(metrics))
     leave()  # every rank leaves the job together, and ends
 
