@@ -144,6 +144,31 @@ def test_a_service_process_ends_with_the_worker_that_started_it_however_the_work
     assert not running(service), "the service outlived its worker"
 
 
+def test_a_service_whose_worker_ended_before_it_began_watching_ends_too() -> None:
+    """The worker may end as soon as it has the service's port, before the service starts watching
+    for its end (a busy host delays the service): it still ends the service."""
+    service = (
+        "import sys, time\n"
+        "from hetero_runtime.job_peers import serve_while_parent_lives\n"
+        "time.sleep(1)  # the worker is gone by now\n"
+        "serve_while_parent_lives(int(sys.argv[1]), 0.1)\n"
+    )
+    worker = (
+        "import os, subprocess, sys\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {service!r}, str(os.getpid())],\n"
+        "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and running(pid):
+        time.sleep(0.1)
+    assert not running(pid), "the service outlived its worker"
+
+
 def running(pid: int) -> bool:
     """The process exists and is not a zombie waiting to be reaped."""
     try:

@@ -166,7 +166,7 @@ def main() -> None:
     service.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     assert service.server is not None
     report_listening(service.server.server_address[1])
-    serve_while_parent_lives()
+    serve_while_parent_lives(int(config["parent"]))
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def main() -> None:
     server = ParameterServer([int(x) for x in config["stages_per_vw"]])
     listening = server.serve(JobPeers.from_json(config["peers"]), str(config["host"]), int(config["port"]))
     report_listening(listening.server_address[1])
-    serve_while_parent_lives()
+    serve_while_parent_lives(int(config["parent"]))
 
 
 if __name__ == "__main__":

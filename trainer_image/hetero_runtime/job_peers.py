@@ -109,8 +109,12 @@ def admit(
 
 
 def service_config(peers: JobPeers, host: str, port: int, **settings: Any) -> bytes:
-    """What a service process reads from its stdin (the token never appears on a command line)."""
-    return json.dumps({"peers": peers.to_json(), "host": host, "port": port, **settings}).encode()
+    """What a service process reads from its stdin (the token never appears on a command line), with
+    the worker that starts it, whose end ends the service."""
+    parent = os.getpid()
+    return json.dumps(
+        {"peers": peers.to_json(), "host": host, "port": port, "parent": parent, **settings}
+    ).encode()
 
 
 def start_service(module: str, config: bytes) -> tuple[subprocess.Popen[bytes], int]:
@@ -137,9 +141,10 @@ def report_listening(port: int) -> None:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
 
-def serve_while_parent_lives(interval_seconds: float = 0.5) -> None:
-    """A service process's last call: serve (on its threads) until the worker that started it is
-    gone, however that worker ended: its close(), an exit that skipped its atexit handlers, a kill."""
-    parent = os.getppid()
+def serve_while_parent_lives(parent: int, interval_seconds: float = 0.5) -> None:
+    """A service process's last call: serve (on its threads) until the worker that started it
+    (`parent`, from its configuration) is gone, however that worker ended: its close(), an exit that
+    skipped its atexit handlers, a kill. The worker may end as soon as it has the port, before this
+    call: its own parent id read here would then already name whoever adopted the service."""
     while os.getppid() == parent:
         time.sleep(interval_seconds)
