@@ -36,6 +36,11 @@ VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     ("default", DEFAULT, True),
     ("no moves onto idle faster GPUs", replace(DEFAULT, move_gain=None), True),
     ("no growth toward gpus.max", replace(DEFAULT, elastic=False), True),
+    (
+        "starting jobs never take back what others grew into (reclaim_gain unset)",
+        replace(DEFAULT, reclaim_gain=None),
+        True,
+    ),
     ("mix classes whenever faster (mix_gain 0)", replace(DEFAULT, mix_gain=0.0), True),
     ("near-ties to the fastest (tie_tolerance 0.01)", replace(DEFAULT, tie_tolerance=0.01), True),
     ("no HetPipe pipelines", DEFAULT, False),
@@ -49,7 +54,13 @@ VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     (
         "mix_gain 0, tie 0.01, no growth, no moves (nearest the former simulated `heterotrain`)",
         replace(
-            DEFAULT, mix_gain=0.0, tie_tolerance=0.01, elastic=False, move_gain=None, reclaim_growth=False
+            DEFAULT,
+            mix_gain=0.0,
+            tie_tolerance=0.01,
+            elastic=False,
+            move_gain=None,
+            reclaim_growth=False,
+            reclaim_gain=None,
         ),
         True,
     ),
@@ -61,6 +72,7 @@ VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
             tie_tolerance=0.01,
             move_gain=None,
             reclaim_growth=False,
+            reclaim_gain=None,
             head_reservations=True,
         ),
         True,

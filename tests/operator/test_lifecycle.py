@@ -224,11 +224,12 @@ def test_gpus_used_by_others_count_foreign_pods_and_pods_beyond_an_allocation() 
     view = ClusterView.build([FAST, SLOW], [node("a", "a100"), node("b", "t4")], [facts], pods)
     request = job_request(facts, facts.model, status, holding=True)  # type: ignore[arg-type]
     snapshot = build_snapshot(view, [request], NOW)
-    used = {n.name: n.gpus_used_by_others for n in snapshot.nodes}
-    assert used == {"a": 2, "b": 0}
+    used = {n.name: (n.gpus_used_by_others, n.gpus_releasing) for n in snapshot.nodes}
+    assert used == {"a": (2, 1), "b": (0, 0)}, "the worker beyond the allocation is being handed back"
     assert snapshot.jobs[0].current is not None and snapshot.jobs[0].current.total_gpus == 2
-    # The same pods without the job in the snapshot all count as someone else's.
-    assert {n.name: n.gpus_used_by_others for n in build_snapshot(view, [], NOW).nodes} == {"a": 4, "b": 0}
+    # The same pods without the job in the snapshot all count as someone else's, nothing coming back.
+    without = {n.name: (n.gpus_used_by_others, n.gpus_releasing) for n in build_snapshot(view, [], NOW).nodes}
+    assert without == {"a": (4, 0), "b": (0, 0)}
 
 
 def test_queueing_stamps_the_arrival_once() -> None:

@@ -230,3 +230,33 @@ def test_a_shrink_drains_and_restarts_on_exactly_the_gpus_decided() -> None:
         assert cluster.status("elastic").get("restarts", 0) == 0, "a resize is no failure"
 
     run(scenario)
+
+
+def test_a_starting_job_takes_back_faster_gpus_a_job_grew_into_and_starts_on_them() -> None:
+    async def scenario() -> None:
+        # Per-GPU speeds 1 (fast) and 0.25 (slow): the newcomer would run 4x as fast on fast GPUs.
+        cluster = Cluster({"fast-0": ("fast", 4), "slow-0": ("slow", 4)})
+        cluster.submit("grown", gpus={"min": 2, "max": 4}, batch={"global": 64}, gpuClasses=["fast"])
+        await cluster.cycle()
+        cluster.run_pods("grown")
+        await cluster.cycle()
+        assert cluster.status("grown")["allocation"]["totalGpus"] == 4
+        cluster.submit("newcomer", gpus={"min": 2, "max": 2}, batch={"global": 64})
+        await cluster.cycle()
+        assert cluster.condition("grown", "Draining")["reason"] == "Resized"
+        assert cluster.status("grown")["allocation"]["totalGpus"] == 2
+        placed = cluster.condition("newcomer", "Placed")
+        assert (placed["status"], placed["reason"]) == ("False", "ReclaimingGrownGPUs")
+        assert "team/grown" in placed["message"] and "fast" in placed["message"]
+        assert cluster.pods("newcomer") == {}, "it waits for the fast GPUs, not on the slow ones"
+        await cluster.cycle()  # the old workers are still saving a checkpoint: it keeps waiting
+        assert cluster.pods("newcomer") == {}
+        assert cluster.condition("newcomer", "Placed")["reason"] == "ReclaimingGrownGPUs"
+        cluster.clock.advance(GRACE + 1)
+        await cluster.cycle()
+        await cluster.cycle()
+        assert {p["spec"]["nodeName"] for p in cluster.pods("newcomer").values()} == {"fast-0"}
+        assert {p["spec"]["nodeName"] for p in cluster.pods("grown").values()} == {"fast-0"}
+        assert cluster.status("grown").get("restarts", 0) == 0, "a resize is no failure"
+
+    run(scenario)

@@ -265,10 +265,11 @@ def build_snapshot(
 
     A job in the snapshot uses, on each node, the larger of what its allocation says and what its
     live pods hold (old pods may still be saving a checkpoint); the part beyond its allocation counts
-    as used by others."""
+    as used by others, and as being released."""
     jobs = tuple(requests)
     in_snapshot = {job.key: job for job in jobs}
     others: Counter[str] = Counter()
+    releasing: Counter[str] = Counter()
     for key, pods in view.pods_by_job.items():
         job = in_snapshot.get(key)
         held_by_pods: Counter[str] = Counter()
@@ -278,7 +279,10 @@ def build_snapshot(
                 held_by_pods[pod.node] += pod.resources.get(resource, 0)
         allocated = job.current.gpus_per_node() if job is not None and job.current is not None else Counter()
         for node, count in held_by_pods.items():
-            others[node] += max(0, count - allocated.get(node, 0))
+            beyond = max(0, count - allocated.get(node, 0))
+            others[node] += beyond
+            if job is not None:
+                releasing[node] += beyond
     nodes = []
     for name in sorted(view.node_class):
         facts = view.nodes[name]
@@ -289,6 +293,7 @@ def build_snapshot(
                 gpu_class=gpu_class.name,
                 gpus_allocatable=facts.allocatable.get(gpu_class.resource_name, 0),
                 gpus_used_by_others=others[name],
+                gpus_releasing=releasing[name],
                 schedulable=view.schedulable(facts),
                 exclusions=view.exclusions(facts),
             )

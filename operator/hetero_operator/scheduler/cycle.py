@@ -27,6 +27,7 @@ from hetero_operator.scheduler.decisions import CycleMetrics, Decisions, Preempt
 from hetero_operator.scheduler.elastic import grow
 from hetero_operator.scheduler.fair_share import FairShare
 from hetero_operator.scheduler.free_index import ClusterState
+from hetero_operator.scheduler.lent import reclaim_for_start
 from hetero_operator.scheduler.placement import (
     Candidate,
     PlacementContext,
@@ -115,6 +116,15 @@ class SchedulerConfig:
             "its predicted throughput rises by at least this share; unset: never move.",
         ),
     ] = 0.5
+    reclaim_gain: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="A job that could start now waits instead, while jobs that grew give back GPUs of "
+            "a class (shrinking toward their gang size), when its best one-class set there is at least "
+            "this share faster than the best set free now; unset: it starts on what is free.",
+        ),
+    ] = 1.0
     priority_preemption: Annotated[
         bool,
         Field(
@@ -167,8 +177,12 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     heads: dict[str, HeadReservation] = {}
     victims: set[str] = set()
     fair = FairShare(snapshot, config.charging) if snapshot.queues else None
+    # Only jobs above their gang size have GPUs to give back to a starting job (see `lent`).
+    grown = [
+        j for j in running if j.current is not None and j.current.total_gpus > (gang_size(j) or j.gpus_min)
+    ]
     for job in fair.order(queued) if fair is not None else queued:
-        _admit(job, ctx, budgets, heads, victims, running, out, config, fair)
+        _admit(job, ctx, budgets, heads, victims, running, out, config, fair, grown)
     if config.move_gain is not None:
         _move_idle(running, ctx, out, victims, config, fair)
     if config.elastic:
@@ -194,6 +208,7 @@ def _admit(
     out: _Outcome,
     config: SchedulerConfig,
     fair: FairShare | None = None,
+    grown: list[JobRequest] | None = None,
 ) -> None:
     """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
     if job.exact_mix is not None:  # a quota system admitted it: exactly those GPUs, or it waits
@@ -234,6 +249,10 @@ def _admit(
             return
     enough_free = usable_now(job, order, ctx, within_quota) >= want
     candidate = best_candidate(job, want, ctx, within_quota) if enough_free else None
+    if candidate is not None and _wait_for_lent(
+        job, candidate, grown or [], victims, ctx, within_quota, out, config, fair
+    ):
+        return
     if candidate is not None:
         _commit(job, candidate, ctx, budgets)
         if fair is not None:
@@ -266,6 +285,37 @@ def _admit(
     heads[job.queue] = reservation
     if config.head_reservations:
         budgets.add(reservation)
+
+
+def _wait_for_lent(
+    job: JobRequest,
+    candidate: Candidate,
+    running: list[JobRequest],
+    victims: set[str],
+    ctx: PlacementContext,
+    budgets: Budgets,
+    out: _Outcome,
+    config: SchedulerConfig,
+    fair: FairShare | None,
+) -> bool:
+    """Whether ``job`` waits for GPUs that grown jobs give back (see `lent`) rather than take
+    ``candidate``; if so, their shrinks are decided."""
+    if config.reclaim_gain is None:
+        return False
+    want = candidate.allocation.total_gpus
+    free_now = candidate.prediction.samples_per_second
+    found = reclaim_for_start(job, want, free_now, running, victims, ctx, budgets, config.reclaim_gain)
+    if found is None:
+        return False
+    better, plan = found
+    if plan.victims:
+        _apply_preemption(plan, job, out, running, fair)
+    victims.update(plan.victims)
+    out.waiting.append(job)
+    faster = (better.gpu_class, better.samples_per_second / free_now)
+    wait = WaitContext(want, preempting=tuple(plan.victims), faster_on=faster)
+    out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
+    return True
 
 
 def _make_room(

@@ -117,6 +117,13 @@ class ClusterState:
         largest = max((n.allocatable for n in self.nodes.values()), default=0)
         self.free: dict[str, ClassFreeIndex] = {name: ClassFreeIndex(largest) for name in self.classes}
         self.capacity: Counter[str] = Counter()
+        # GPUs on the largest schedulable node of each class (how many nodes a set of it needs).
+        self.largest_node: Counter[str] = Counter()
+        # GPUs that old workers of resized or moved jobs are handing back (see `NodeInfo`).
+        self.releasing: Counter[str] = Counter()
+        for info in snapshot.nodes:
+            if info.schedulable:
+                self.releasing[info.gpu_class] += info.gpus_releasing
         self.node_count: Counter[str] = Counter(n.gpu_class for n in snapshot.nodes)
         self.excluded: dict[str, Counter[str]] = {name: Counter() for name in self.classes}
         for info in snapshot.nodes:
@@ -126,6 +133,7 @@ class ClusterState:
             if not node.schedulable:
                 continue
             self.capacity[node.gpu_class] += node.allocatable
+            self.largest_node[node.gpu_class] = max(self.largest_node[node.gpu_class], node.allocatable)
             free = max(0, node.allocatable - node.others - held_on_node[node.name])
             self.free[node.gpu_class].add(node.name, free)
 

@@ -25,6 +25,7 @@ class WaitCode(StrEnum):
     WAITING_FOR_GPUS = "WaitingForGPUs"  # not enough free GPUs now
     NO_FITTING_LAYOUT = "NoFittingLayout"  # enough GPUs free, but no placement of them fits
     PREEMPTING = "Preempting"  # lower-priority jobs are saving a checkpoint to make room
+    RECLAIMING_GROWTH = "ReclaimingGrownGPUs"  # jobs that grew give back GPUs of a much faster class
     QUEUED_BEHIND_HEAD = "QueuedBehindHead"  # an earlier job of its queue goes first
     UNKNOWN_QUEUE = "UnknownQueue"  # spec.queue names no queue while queues are in use
     QUOTA_EXCEEDED = "QuotaExceeded"  # its queue's quota (with what its cohort lends) is too small now
@@ -73,6 +74,8 @@ class WaitReason:
     # GPUs the job's queue may still take per allowed class, when its quota holds it back.
     quota_room: tuple[tuple[str, int], ...] = ()
     reclaiming: bool = False
+    # (class, times as fast as on the GPUs free now) when grown jobs give that class's GPUs back.
+    faster_on: tuple[str, float] | None = None
 
     @property
     def message(self) -> str:
@@ -89,6 +92,7 @@ class WaitContext:
     preempting: tuple[str, ...] = ()
     enough_free_but_no_layout: bool = False
     reclaiming: bool = False  # the preempted jobs borrowed quota the job's queue owns
+    faster_on: tuple[str, float] | None = None  # the shrunk jobs grew into this class, this much faster
 
 
 def class_reasons(job: JobRequest, want: int, ctx: PlacementContext, budgets: Budgets) -> list[ClassReason]:
@@ -158,6 +162,8 @@ def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: 
         capacity = sum(ctx.state.capacity[c] for c in ctx.state.classes if job.allows(c))
     elif wait.behind is not None:
         code = WaitCode.QUEUED_BEHIND_HEAD
+    elif wait.faster_on is not None:
+        code = WaitCode.RECLAIMING_GROWTH
     elif wait.preempting:
         code = WaitCode.PREEMPTING
     elif wait.enough_free_but_no_layout:
@@ -174,6 +180,7 @@ def explain(job: JobRequest, wait: WaitContext, ctx: PlacementContext, budgets: 
         preempting=wait.preempting,
         behind=wait.behind,
         reclaiming=wait.reclaiming,
+        faster_on=wait.faster_on,
     )
 
 
@@ -282,6 +289,14 @@ def format_wait(reason: WaitReason) -> str:
         parts.append(
             f"queue {reason.queue} reclaims the GPUs of its quota that other queues borrowed, "
             f"checkpointing and stopping: {', '.join(reason.preempting)}"
+        )
+    elif reason.faster_on is not None:
+        gpu_class, times = reason.faster_on
+        giving = f": {', '.join(reason.preempting)}" if reason.preempting else ""
+        parts.append(
+            f"waiting for {gpu_class} GPUs that jobs grew into while they sat idle, being handed back "
+            f"(checkpoint, then shrink toward gpus.min){giving}; on {gpu_class} it runs {times:.1f}x "
+            "as fast as on the GPUs free now"
         )
     elif reason.preempting:
         parts.append(

@@ -51,12 +51,15 @@ class NodeInfo:
     in the snapshot (other workloads, or workers of jobs being deleted): the GPUs of snapshot jobs
     are known from their allocations. Unschedulable, NotReady or tainted nodes stay in the snapshot
     with ``schedulable=False`` so allocations on them remain accounted for; nothing new lands there.
+    ``gpus_releasing``: of ``gpus_used_by_others``, those held by old workers of a job of the
+    snapshot that a resize or move is stopping (free once they have saved a checkpoint).
     """
 
     name: str
     gpu_class: str
     gpus_allocatable: int
     gpus_used_by_others: int = 0
+    gpus_releasing: int = 0
     schedulable: bool = True
     # Why an unschedulable node is left out, one phrase per filter ("not Ready", "cordoned",
     # "taint k=v:NoSchedule not tolerated"), for the wait reasons.
@@ -68,6 +71,11 @@ class NodeInfo:
         _require(
             self.gpus_used_by_others >= 0,
             f"nodes[{self.name}].gpus_used_by_others: must be >= 0, got {self.gpus_used_by_others}",
+        )
+        _require(
+            0 <= self.gpus_releasing <= self.gpus_used_by_others,
+            f"nodes[{self.name}].gpus_releasing: must be between 0 and gpus_used_by_others "
+            f"({self.gpus_used_by_others}), got {self.gpus_releasing}",
         )
 
 
