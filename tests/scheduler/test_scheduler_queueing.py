@@ -186,3 +186,18 @@ def test_two_queues_each_get_their_own_head() -> None:
     assert "ns/q1-next" not in decisions.place  # class a's 4 free GPUs are all the q1 head can count on
     assert "queued behind ns/q1-head" in decisions.unschedulable["ns/q1-next"].message
     assert "queued behind" not in decisions.unschedulable["ns/q2-head"].message
+
+
+def test_a_head_waiting_for_gpus_being_handed_back_stops_nobody_else() -> None:
+    # Half the node is held by old workers of an earlier victim, still saving a checkpoint.
+    def node(releasing: int) -> tuple[NodeInfo, ...]:
+        return (NodeInfo("slow-0", "slow", 8, gpus_used_by_others=4, gpus_releasing=releasing),)
+
+    running = _running(Snapshot(SLOW, node(4), (job("low", 4, priority=0),)))
+    jobs = (*running.jobs, job("high", 4, arrived=10, priority=3))
+    decisions = schedule(replace(running, jobs=jobs))
+    assert not decisions.preempt and not decisions.shrink
+    assert "ns/high" in decisions.unschedulable
+    # The same GPUs held by another workload are not coming back: the low-priority job makes room.
+    decisions = schedule(replace(running, nodes=node(0), jobs=jobs))
+    assert set(decisions.preempt) == {"ns/low"}

@@ -252,6 +252,8 @@ def _admit(
     if candidate is not None and _wait_for_lent(
         job, candidate, grown or [], victims, ctx, within_quota, out, config, fair
     ):
+        if job.queue not in heads:  # it could start now: backfill must not take that from it
+            _become_head(job, want, ctx, heads, budgets, config)
         return
     if candidate is not None:
         _commit(job, candidate, ctx, budgets)
@@ -281,6 +283,19 @@ def _admit(
         reclaiming=reclaiming,
     )
     out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
+    _become_head(job, want, ctx, heads, budgets, config)
+
+
+def _become_head(
+    job: JobRequest,
+    want: int,
+    ctx: PlacementContext,
+    heads: dict[str, HeadReservation],
+    budgets: Budgets,
+    config: SchedulerConfig,
+) -> None:
+    """``job`` is the first of its queue to wait: later jobs of the queue wait behind it, and with
+    head reservations on, backfill may not take what it needs."""
     reservation = head_reservation(job, want, ctx)
     heads[job.queue] = reservation
     if config.head_reservations:

@@ -110,9 +110,12 @@ def plan_preemption(
     classes = frozenset(allowed_classes_fastest_first(head, state.classes))
     if within is not None:
         classes &= within
-    short = want - usable_now(head, sorted(classes), ctx, budgets)
+    # GPUs that old workers of earlier victims are still handing back are on their way: counting
+    # them keeps the head from stopping more jobs in the cycles before those have let go.
+    coming = sum(state.releasing[c] for c in classes) // head.chunk * head.chunk
+    short = want - usable_now(head, sorted(classes), ctx, budgets) - coming
     if short <= 0:
-        return None  # enough GPUs are free: the head waits on their layout, not on other jobs
+        return None  # enough GPUs are free or coming: the head waits on them, not on other jobs
     candidates = sorted(
         (j for j in running if j.preemptible and j.key not in taken and j.key != head.key),
         key=lambda j: (j.priority, -j.created_at, j.key),
