@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Scheduler ablation"
 ARTIFACT = ROOT / "bench" / "results" / "scheduling_ablation.json"
 DEFAULT = SchedulerConfig()
+# What the former configurations share: mixes whenever faster, near-ties to the fastest, no moves,
+# and nothing taken back from jobs that grew.
+FORMER = replace(
+    DEFAULT, mix_gain=0.0, tie_tolerance=0.01, move_gain=None, reclaim_growth=False, reclaim_gain=None
+)
 # (name, configuration, HetPipe pipelines)
 VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     ("default", DEFAULT, True),
@@ -53,28 +58,12 @@ VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     ("head reservations on", replace(DEFAULT, head_reservations=True), True),
     (
         "mix_gain 0, tie 0.01, no growth, no moves (nearest the former simulated `heterotrain`)",
-        replace(
-            DEFAULT,
-            mix_gain=0.0,
-            tie_tolerance=0.01,
-            elastic=False,
-            move_gain=None,
-            reclaim_growth=False,
-            reclaim_gain=None,
-        ),
+        replace(FORMER, elastic=False),
         True,
     ),
     (
         "mix_gain 0, tie 0.01, no moves, no reclaim, head reservations (nearest the former operator default)",
-        replace(
-            DEFAULT,
-            mix_gain=0.0,
-            tie_tolerance=0.01,
-            move_gain=None,
-            reclaim_growth=False,
-            reclaim_gain=None,
-            head_reservations=True,
-        ),
+        replace(FORMER, head_reservations=True),
         True,
     ),
 )

@@ -7,17 +7,9 @@ from dataclasses import replace
 
 from scheduler_cases import job, nodes
 
-from hetero_operator.scheduler import (
-    Allocation,
-    GPUClassInfo,
-    JobRequest,
-    NodeInfo,
-    SchedulerConfig,
-    Snapshot,
-    WorkerSlot,
-    schedule,
-)
+from hetero_operator.scheduler import GPUClassInfo, NodeInfo, SchedulerConfig, Snapshot, schedule
 from hetero_operator.scheduler.reasons import WaitCode
+from hetero_operator.scheduler.snapshot import Allocation, JobRequest, WorkerSlot
 
 # Per-GPU speeds 4 : 2 : 1; under the prior a set's compute scales with them.
 CLASSES = (GPUClassInfo("a100", 4.0, 80), GPUClassInfo("t4", 1.0, 16), GPUClassInfo("v100", 2.0, 32))

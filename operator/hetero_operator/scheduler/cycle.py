@@ -2,6 +2,8 @@
 
 1. Queued jobs in priority/arrival order get their gang (gpus.min, whole virtual workers) on the
    GPU set with the best predicted throughput, within what earlier queue heads leave them.
+   One that would run at least `reclaim_gain` faster on GPUs that running jobs grew into waits
+   instead, while those jobs give some back (see `lent`).
 2. The first job of a queue that cannot start becomes its head: it holds back GPUs of its classes
    and, if lower-priority jobs hold what it needs, those are shrunk or preempted (checkpoint first).
    With queues (see `queues`), jobs of equal priority are served by fair share (the queue whose
@@ -317,9 +319,7 @@ def _wait_for_lent(
     ``candidate``; if so, their shrinks are decided."""
     if config.reclaim_gain is None:
         return False
-    want = candidate.allocation.total_gpus
-    free_now = candidate.prediction.samples_per_second
-    found = reclaim_for_start(job, want, free_now, running, victims, ctx, budgets, config.reclaim_gain)
+    found = reclaim_for_start(job, candidate, running, victims, ctx, budgets, config.reclaim_gain)
     if found is None:
         return False
     better, plan = found
@@ -327,8 +327,8 @@ def _wait_for_lent(
         _apply_preemption(plan, job, out, running, fair)
     victims.update(plan.victims)
     out.waiting.append(job)
-    faster = (better.gpu_class, better.samples_per_second / free_now)
-    wait = WaitContext(want, preempting=tuple(plan.victims), faster_on=faster)
+    faster = (better.gpu_class, better.samples_per_second / better.free_now_samples_per_second)
+    wait = WaitContext(candidate.allocation.total_gpus, preempting=tuple(plan.victims), faster_on=faster)
     out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
     return True
 

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetero_operator.resources import Strategy
-from hetero_operator.scheduler.placement import PlacementContext, allowed_classes_fastest_first
+from hetero_operator.scheduler.placement import Candidate, PlacementContext, allowed_classes_fastest_first
 from hetero_operator.scheduler.queueing import PreemptionPlan, gang_size, plan_preemption
 from hetero_operator.scheduler.reservations import Budgets
 from hetero_operator.scheduler.snapshot import JobRequest
@@ -63,24 +63,20 @@ def lent_per_class(
 
 def class_worth_reclaiming(
     job: JobRequest,
-    want: int,
-    free_now_samples_per_second: float,
-    running: list[JobRequest],
-    taken: set[str],
+    now: Candidate,
+    coming: Counter[str],
     ctx: PlacementContext,
     budgets: Budgets,
     gain: float,
 ) -> LentClass | None:
-    """The job's best one-class set of ``want`` GPUs on free plus lent GPUs, when it beats the best
-    set free now (``free_now_samples_per_second``) by ``gain``; ``None`` otherwise, for pipelines
-    (their layout is not one class) and when nothing is lent or being handed back. ``budgets``
-    (reservations, quotas) bound what the job may take of a class, whatever comes back."""
-    if job.strategy is Strategy.HETPIPE:
+    """The job's best one-class set of as many GPUs as ``now`` (its best set among free GPUs) on free
+    GPUs plus ``coming`` ones (lent, or being handed back), when it beats ``now`` by ``gain``;
+    ``None`` otherwise and for pipelines (their layout is not one class). ``budgets`` (reservations,
+    quotas) bound what the job may take of a class, whatever comes back."""
+    want, free_now = now.allocation.total_gpus, now.prediction.samples_per_second
+    if job.strategy is Strategy.HETPIPE or not coming:
         return None
     state = ctx.state
-    coming = lent_per_class(job, running, taken, ctx) + state.releasing
-    if not coming:
-        return None
     shape = JobShape.of(job)
     best: LentClass | None = None
     for gpu_class in allowed_classes_fastest_first(job, state.classes):
@@ -91,37 +87,35 @@ def class_worth_reclaiming(
         if predicted is None:
             continue
         if best is None or predicted.samples_per_second > best.samples_per_second:
-            best = LentClass(gpu_class, predicted.samples_per_second, free_now_samples_per_second)
-    if best is None or best.samples_per_second < free_now_samples_per_second * (1.0 + gain):
+            best = LentClass(gpu_class, predicted.samples_per_second, free_now)
+    if best is None or best.samples_per_second < free_now * (1.0 + gain):
         return None
     return best
 
 
 def reclaim_for_start(
     job: JobRequest,
-    want: int,
-    free_now_samples_per_second: float,
-    running: list[JobRequest],
+    now: Candidate,
+    grown: list[JobRequest],
     taken: set[str],
     ctx: PlacementContext,
     budgets: Budgets,
     gain: float,
 ) -> tuple[LentClass, PreemptionPlan] | None:
-    """The class worth waiting for and the grown jobs that shrink to free it (never a preemption:
-    only what they grew into is taken back; none when GPUs being handed back suffice); ``None``
-    when the job should start on what is free."""
-    better = class_worth_reclaiming(
-        job, want, free_now_samples_per_second, running, taken, ctx, budgets, gain
-    )
+    """The class worth waiting for and the ``grown`` jobs that shrink to free it (never a
+    preemption: only what they grew into is taken back; none when GPUs being handed back suffice);
+    ``None`` when the job should start on what is free."""
+    state, want = ctx.state, now.allocation.total_gpus
+    coming = lent_per_class(job, grown, taken, ctx) + state.releasing
+    better = class_worth_reclaiming(job, now, coming, ctx, budgets, gain)
     if better is None:
         return None
-    state = ctx.state
     if reachable(job, better.gpu_class, state.releasing[better.gpu_class], ctx, budgets) >= want:
         return better, PreemptionPlan(job.key)
     plan = plan_preemption(
         job,
         want - state.releasing[better.gpu_class],  # what is being handed back is on its way
-        running,
+        grown,
         taken,
         ctx,
         budgets,
