@@ -135,13 +135,7 @@ def test_a_service_process_ends_with_the_worker_that_started_it_however_the_work
         "print(process.pid, flush=True)\n"
         "os._exit(0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    service = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and running(service):
-        time.sleep(0.1)
-    assert not running(service), "the service outlived its worker"
+    assert_service_ends_with(worker)
 
 
 def test_a_service_whose_worker_ended_before_it_began_watching_ends_too() -> None:
@@ -160,13 +154,19 @@ def test_a_service_whose_worker_ended_before_it_began_watching_ends_too() -> Non
         "print(child.pid, flush=True)\n"
         "os._exit(0)\n"
     )
+    assert_service_ends_with(worker)
+
+
+def assert_service_ends_with(worker: str) -> None:
+    """Run ``worker`` (Python code that prints its service's pid and exits): the service is gone
+    within seconds, not serving for ever."""
     done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    pid = int(done.stdout.split()[0])
+    service = int(done.stdout.split()[0])
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and running(pid):
+    while time.monotonic() < deadline and running(service):
         time.sleep(0.1)
-    assert not running(pid), "the service outlived its worker"
+    assert not running(service), "the service outlived its worker"
 
 
 def running(pid: int) -> bool:

@@ -92,3 +92,13 @@ def test_gpus_still_being_handed_back_keep_the_job_waiting_and_nobody_else_shrin
     # The same 6 GPUs held by another workload are not coming back: it starts on the t4s.
     decisions = schedule(with_a100_node(releasing=0))
     assert decisions.place["ns/new"].gpus_per_class() == Counter({"t4": 2})
+
+
+def test_gpus_being_handed_back_and_lent_ones_together_make_the_set() -> None:
+    # 2 a100 GPUs are still being handed back and a job grew to 6: the newcomer needs 4, so the
+    # grown job gives back exactly the 2 the handed-back ones leave missing.
+    a100 = NodeInfo("a100-0", "a100", 8, gpus_used_by_others=2, gpus_releasing=2)
+    jobs = (grown(gpus=6), job("new", 4, arrived=10))
+    decisions = schedule(Snapshot(CLASSES, (a100, *nodes("t4", 1, 8)), jobs))
+    assert "ns/new" not in decisions.place
+    assert decisions.shrink["ns/grown"].allocation.gpus_per_class() == Counter({"a100": 4})

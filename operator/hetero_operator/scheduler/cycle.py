@@ -209,8 +209,8 @@ def _admit(
     running: list[JobRequest],
     out: _Outcome,
     config: SchedulerConfig,
-    fair: FairShare | None = None,
-    grown: list[JobRequest] | None = None,
+    fair: FairShare | None,
+    grown: list[JobRequest],
 ) -> None:
     """Place one queued job, or record why it waits (and, for a queue head, reserve and preempt)."""
     if job.exact_mix is not None:  # a quota system admitted it: exactly those GPUs, or it waits
@@ -252,7 +252,7 @@ def _admit(
     enough_free = usable_now(job, order, ctx, within_quota) >= want
     candidate = best_candidate(job, want, ctx, within_quota) if enough_free else None
     if candidate is not None and _wait_for_lent(
-        job, candidate, grown or [], victims, ctx, within_quota, out, config, fair
+        job, candidate, grown, victims, ctx, within_quota, out, config, fair
     ):
         if job.queue not in heads:  # it could start now: backfill must not take that from it
             _become_head(job, want, ctx, heads, budgets, config)
@@ -307,7 +307,7 @@ def _become_head(
 def _wait_for_lent(
     job: JobRequest,
     candidate: Candidate,
-    running: list[JobRequest],
+    grown: list[JobRequest],
     victims: set[str],
     ctx: PlacementContext,
     budgets: Budgets,
@@ -319,15 +319,15 @@ def _wait_for_lent(
     ``candidate``; if so, their shrinks are decided."""
     if config.reclaim_gain is None:
         return False
-    found = reclaim_for_start(job, candidate, running, victims, ctx, budgets, config.reclaim_gain)
+    found = reclaim_for_start(job, candidate, grown, victims, ctx, budgets, config.reclaim_gain)
     if found is None:
         return False
     better, plan = found
     if plan.victims:
-        _apply_preemption(plan, job, out, running, fair)
+        _apply_preemption(plan, job, out, grown, fair)
     victims.update(plan.victims)
     out.waiting.append(job)
-    faster = (better.gpu_class, better.samples_per_second / better.free_now_samples_per_second)
+    faster = (better.gpu_class, better.samples_per_second / candidate.prediction.samples_per_second)
     wait = WaitContext(candidate.allocation.total_gpus, preempting=tuple(plan.victims), faster_on=faster)
     out.unschedulable[job.key] = explain(job, wait, ctx, budgets)
     return True

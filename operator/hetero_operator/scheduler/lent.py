@@ -29,11 +29,10 @@ from hetero_operator.scheduler.throughput import JobShape, predict_data_parallel
 
 @dataclass(frozen=True, slots=True)
 class LentClass:
-    """The class whose lent GPUs the starting job should wait for, and the two predictions."""
+    """The class whose lent GPUs the starting job should wait for, and its throughput there."""
 
     gpu_class: str
     samples_per_second: float
-    free_now_samples_per_second: float
 
 
 def lent_per_class(
@@ -46,7 +45,7 @@ def lent_per_class(
     for other in running:
         if not other.preemptible or other.key in taken or other.priority > job.priority:
             continue
-        if other.exact_mix is not None or other.key == job.key:
+        if other.exact_mix is not None:
             continue  # a quota system sized it
         holding = state.held.get(other.key, Counter())
         spare = sum(holding.values()) - (gang_size(other) or other.gpus_min)
@@ -87,7 +86,7 @@ def class_worth_reclaiming(
         if predicted is None:
             continue
         if best is None or predicted.samples_per_second > best.samples_per_second:
-            best = LentClass(gpu_class, predicted.samples_per_second, free_now)
+            best = LentClass(gpu_class, predicted.samples_per_second)
     if best is None or best.samples_per_second < free_now * (1.0 + gain):
         return None
     return best
@@ -112,9 +111,9 @@ def reclaim_for_start(
         return None
     if reachable(job, better.gpu_class, state.releasing[better.gpu_class], ctx, budgets) >= want:
         return better, PreemptionPlan(job.key)
-    plan = plan_preemption(
+    plan = plan_preemption(  # it counts what is being handed back as on its way
         job,
-        want - state.releasing[better.gpu_class],  # what is being handed back is on its way
+        want,
         grown,
         taken,
         ctx,
