@@ -94,7 +94,7 @@ def slowdown_attempt() -> dict[str, Any]:
         version = (seen.get("slowed") or {}).get("toVersion")
         at = slowdown.under_answer()
         split = slowdown.plans.get(version, []) if version is not None else []
-        after = measured_speeds(bed.prometheus_url, "slowdown", split, at, version) if split else []
+        after = measured_speeds(bed.prometheus_url, "slowdown", split, [at], version) if split and at else []
         seen.update(speeds_after=after, measured_at=at, split_after=split)
     finally:
         slowdown.clear()

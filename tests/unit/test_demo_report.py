@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_operator.demo.report import EpochRow, control_comparison
+from hetero_operator.demo.report import EpochRow, control_comparison, rank_speeds
 
 
 def row(epoch: int, samples_per_second: float) -> EpochRow:
@@ -30,3 +30,11 @@ def test_speed_up_over_the_control_and_the_ideal_of_the_measured_speeds() -> Non
 def test_without_a_control_nothing_is_claimed() -> None:
     compared = control_comparison([row(1, 900.0)], [], [], [])
     assert compared["speedup"] is None and compared["ideal_speedup"] is None and compared["of_ideal"] is None
+
+
+def test_rank_speeds_need_every_rank_and_keep_each_in_its_place() -> None:
+    # Rank 1 not scraped yet: no list, rather than rank 2's speed standing in rank 1's place.
+    assert rank_speeds([400, 200, 100], {0: 1.0, 2: 1.0}) is None
+    assert rank_speeds([400, 200, 100], {0: 1.0, 1: 0.0, 2: 1.0}) is None
+    assert rank_speeds([], {}) is None
+    assert rank_speeds([400, 200, 100], {0: 0.5, 1: 1.0, 2: 2.0}) == [800.0, 200.0, 50.0]

@@ -52,6 +52,14 @@ def speedup_vs_even(rows: Sequence[EpochRow], steady_epochs: int = 3) -> float |
     return statistics.median(later[-steady_epochs:]) / max(even)
 
 
+def rank_speeds(split: Sequence[int], compute_seconds: Mapping[int, float]) -> list[float] | None:
+    """Each rank's samples per second of compute (its share of `split` over its mean compute time),
+    or None while a rank has no time yet: a speed missing from the list would shift the ranks after it."""
+    if not split or any(not compute_seconds.get(rank) for rank in range(len(split))):
+        return None
+    return [share / compute_seconds[rank] for rank, share in enumerate(split)]
+
+
 def control_comparison(
     rows: Sequence[EpochRow],
     control: Sequence[EpochRow],

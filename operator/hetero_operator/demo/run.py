@@ -12,9 +12,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,14 @@ from rich.panel import Panel
 from rich.table import Table
 
 from hetero_operator import metric_names as names
-from hetero_operator.demo.report import EpochRow, build_report, control_comparison, epoch_rows, plot
+from hetero_operator.demo.report import (
+    EpochRow,
+    build_report,
+    control_comparison,
+    epoch_rows,
+    plot,
+    rank_speeds,
+)
 from hetero_operator.plan import PROGRESS_PREFIX
 from hetero_operator.rebalance import promql
 from hetero_operator.testbed import processes
@@ -175,9 +182,10 @@ class Followed:
     state: dict[str, Any]
     plans: dict[int, list[int]]
     rows: list[EpochRow]
-    # Three quarters into the time it was seen Running its first plan: every worker is up and has
-    # been scraped then (a job's series go stale once its pods end, and they end one by one).
-    running_at: float | None = None
+    # When it was seen Running its first plan: its speeds are read at the latest of these at which
+    # every rank has a series (a slow rank may not have been scraped at first, and the series go
+    # stale one by one as the pods end).
+    running_first_plan: list[float] = field(default_factory=list)
 
 
 def follow(
@@ -210,8 +218,7 @@ def follow(
             if (state.get("status") or {}).get("phase") in TERMINAL:
                 break
             time.sleep(1.0)
-    middle = running[3 * len(running) // 4] if running else None
-    return Followed(state, plans, epoch_rows(progress_lines(testbed, name, submitted), plans), middle)
+    return Followed(state, plans, epoch_rows(progress_lines(testbed, name, submitted), plans), running)
 
 
 def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
@@ -224,17 +231,19 @@ def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
 
 
 def measured_speeds(
-    prometheus: str, job: str, split: list[int], at: float | None, version: int = 1
+    prometheus: str, job: str, split: list[int], times: Sequence[float], version: int = 1
 ) -> list[float]:
     """Each rank's samples per second of compute under plan `version` (`split`), from Prometheus as it
-    was at `at` (the job's series go stale once its pods are gone)."""
-    if at is None:
-        return []
+    was at the latest of `times` at which every rank has a series; empty when no time has them all."""
     query = promql.mean_by_rank(names.STEP_COMPUTE_SECONDS, promql.selector(NAMESPACE, job, version))
-    params = {"query": query, "time": f"{at:.3f}"}
-    body = httpx.get(f"{prometheus}/api/v1/query", params=params, timeout=10).json()
-    compute = {int(r["metric"][names.LABEL_RANK]): float(r["value"][1]) for r in body["data"]["result"]}
-    return [split[rank] / compute[rank] for rank in range(len(split)) if compute.get(rank)]
+    for at in reversed(times):
+        params = {"query": query, "time": f"{at:.3f}"}
+        body = httpx.get(f"{prometheus}/api/v1/query", params=params, timeout=10).json()
+        compute = {int(r["metric"][names.LABEL_RANK]): float(r["value"][1]) for r in body["data"]["result"]}
+        speeds = rank_speeds(split, compute)
+        if speeds is not None:
+            return speeds
+    return []
 
 
 def run_demo(
@@ -265,7 +274,8 @@ def run_demo(
                 console.print("control run: the same job with rebalancing off")
                 baseline = follow(testbed, control, console, settings.timeout_seconds)
                 control_name, split = control["metadata"]["name"], baseline.plans.get(1, [])
-                speeds = measured_speeds(testbed.prometheus_url, control_name, split, baseline.running_at)
+                at = baseline.running_first_plan
+                speeds = measured_speeds(testbed.prometheus_url, control_name, split, at)
                 compared = (baseline.rows, speeds)
             followed = follow(testbed, job, console, settings.timeout_seconds, on_tick)
             status = followed.state.get("status") or {}
@@ -275,7 +285,7 @@ def run_demo(
                     testbed.prometheus_url,
                     job["metadata"]["name"],
                     followed.plans.get(1, []),
-                    followed.running_at,
+                    followed.running_first_plan,
                 )
                 report["control"] = control_comparison(followed.rows, *compared, own)
             report.update(phase=status.get("phase"), status=status, prometheus=testbed.prometheus_url)
