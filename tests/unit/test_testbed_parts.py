@@ -255,3 +255,29 @@ def test_a_downward_api_volume_holds_the_pods_annotations_as_a_kubelet_writes_th
     )
     # The runtime reads back exactly what the pod carries.
     assert parse_annotations(files["annotations"]) == pod["metadata"]["annotations"]
+
+
+def test_node_agents_side_by_side_claim_separate_pod_networks_until_they_end(tmp_path: Path) -> None:
+    """Two test beds on one machine (a parallel test run) must never give two live pods one address."""
+    import ipaddress
+
+    from hetero_operator.testbed.local_pods import LOCAL_POD_NETWORK, claim_pod_network, nth_pod_ip
+
+    first, first_claim = claim_pod_network(tmp_path)
+    second, second_claim = claim_pod_network(tmp_path)
+    try:
+        assert first != second and not first.overlaps(second)
+        assert first.subnet_of(LOCAL_POD_NETWORK) and second.subnet_of(LOCAL_POD_NETWORK)
+        in_first = {nth_pod_ip(i, first) for i in range(300)}
+        in_second = {nth_pod_ip(i, second) for i in range(300)}
+        assert all(ipaddress.IPv4Address(a) in first for a in in_first)
+        assert all(ipaddress.IPv4Address(a) in second for a in in_second)
+        addresses = in_first | in_second
+        assert len(addresses) == 600
+        assert not any(a.endswith((".0", ".255")) for a in addresses)
+    finally:
+        second_claim.close()
+    third, third_claim = claim_pod_network(tmp_path)  # the ended agent's part is free again
+    first_claim.close()
+    third_claim.close()
+    assert third == second

@@ -17,9 +17,9 @@ import datetime as dt
 import json
 import logging
 import os
-import random
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from hetero_operator.testbed.container_node import ContainerNode
 from hetero_operator.testbed.containers import ContainerConfigError
 from hetero_operator.testbed.local_pods import (
     PodNotReadyToStart,
+    claim_pod_network,
     dns_names,
     node_slowdown,
     nth_pod_ip,
@@ -48,7 +49,7 @@ from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, L
 log = logging.getLogger("heterotrain.agent")
 POLL_SECONDS = 0.3
 MAX_GRACE_SECONDS = 30.0
-POD_IP_START_SPREAD = 20_000
+POD_NETWORK_LOCKS = "heterotrain-pod-networks"
 RETRY_SECONDS = 2.0
 
 
@@ -86,9 +87,12 @@ class Agent:
         self.root = root
         self.speed_scale = speed_scale
         self.pods: dict[str, RunningPod] = {}
-        # Test beds of several users can share one machine: each agent starts at a random place of
-        # the local pod range, so two beds rarely hand out the same address (and ports on it).
-        self.ip_index = random.randrange(POD_IP_START_SPREAD)
+        # Test beds can run side by side on one machine (a parallel test run, several users): each
+        # agent hands out addresses from its own part of the local pod range, held while it lives.
+        self.pod_network, self._network_claim = claim_pod_network(
+            Path(tempfile.gettempdir()) / POD_NETWORK_LOCKS
+        )
+        self.ip_index = 0
         self.used_ips: set[str] = set()
         self.ports: dict[tuple[str, str], str] = {}
         self.heartbeat = NodeHeartbeat(self.core, client.CoordinationV1Api(api_client))
@@ -102,7 +106,7 @@ class Agent:
     # ---- pods ---------------------------------------------------------------------------------
     def _next_ip(self) -> str:
         while True:
-            ip = nth_pod_ip(self.ip_index)
+            ip = nth_pod_ip(self.ip_index, self.pod_network)
             self.ip_index += 1
             if ip not in self.used_ips:
                 self.used_ips.add(ip)

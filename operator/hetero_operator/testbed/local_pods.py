@@ -8,6 +8,7 @@ directories, and cluster DNS names of sibling pods resolve to their loopback add
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
@@ -16,12 +17,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hetero_operator.plan import SIMULATED_SPEED_ENV
 
-# Local pods get addresses from their own loopback range, apart from KWOK's fake pods.
-LOCAL_POD_NETWORK = ipaddress.ip_network("127.10.0.0/16")
+# Local pods get addresses from their own loopback range, apart from KWOK's fake pods. Each node agent
+# claims one part of it, so test beds running side by side never hand out the same address.
+LOCAL_POD_NETWORK = ipaddress.IPv4Network("127.10.0.0/16")
+AGENT_NETWORK_PREFIX = 20  # 16 parts of 4,094 usable addresses
 POD_IP_ENV = "POD_IP"
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -38,18 +41,45 @@ class ProcessPlan:
     volume_dirs: dict[str, Path] = field(default_factory=dict)
 
 
-def nth_pod_ip(index: int) -> str:
-    """The index-th usable address of the local pod range (skipping network and .0/.255 hosts)."""
-    hosts = LOCAL_POD_NETWORK.num_addresses
+def claim_pod_network(lock_dir: Path) -> tuple[ipaddress.IPv4Network, IO[str]]:
+    """A part of the local pod range that no other live agent on this machine holds, and the open
+    file whose exclusive lock is the claim: it ends with the process, however the process ends."""
+    try:
+        lock_dir.mkdir(parents=True)
+        lock_dir.chmod(0o1777)  # shared by every user's agents, like /tmp itself
+    except FileExistsError:
+        pass
+    for network in LOCAL_POD_NETWORK.subnets(new_prefix=AGENT_NETWORK_PREFIX):
+        try:  # read-only, so a lock file another user created can be locked too
+            handle = os.fdopen(
+                os.open(lock_dir / f"{network.network_address}.lock", os.O_RDONLY | os.O_CREAT, 0o644), "r"
+            )
+        except PermissionError:
+            continue  # another user's part, not created yet: leave it to them
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return network, handle
+    raise RuntimeError(
+        f"every part of the local pod range {LOCAL_POD_NETWORK} is held by a running node agent "
+        f"(locks in {lock_dir}): stop a test bed with local nodes first"
+    )
+
+
+def nth_pod_ip(index: int, network: ipaddress.IPv4Network = LOCAL_POD_NETWORK) -> str:
+    """The index-th usable address of `network` (skipping network and .0/.255 hosts)."""
+    hosts = network.num_addresses
     candidate = index + 2
     while candidate < hosts:
-        address = LOCAL_POD_NETWORK.network_address + candidate
+        address = network.network_address + candidate
         if str(address).split(".")[-1] not in ("0", "255"):
             if index == 0:
                 return str(address)
             index -= 1
         candidate += 1
-    raise RuntimeError("the local pod address range is exhausted")
+    raise RuntimeError(f"the local pod addresses of {network} are exhausted")
 
 
 def dns_names(pod: Mapping[str, Any]) -> list[str]:
