@@ -23,6 +23,12 @@ from benchmarks_md import publish, rendered_from_json, section_arguments
 
 ARTIFACT = Path(__file__).resolve().parent / "results" / "suite_time.json"
 HEADING = "## Test suite"
+INTRO = (
+    "`python bench/suite_time.py --write` from the JUnit reports of whole `make test` runs (pytest only: "
+    "the set-up and lint before it are not counted). Wall time is the pytest session's; test time is "
+    "the sum over tests, which two workers spend side by side. The table is generated from "
+    "`bench/results/suite_time.json`."
+)
 
 
 def read_report(label: str, commit: str, path: Path) -> dict[str, Any]:
@@ -49,15 +55,7 @@ def read_report(label: str, commit: str, path: Path) -> dict[str, Any]:
 def report(document: dict[str, Any]) -> str:
     runs = document["runs"]
     lines = [
-        HEADING,
-        "",
-        "`python bench/suite_time.py --write` from the JUnit reports of whole `make test` runs (pytest only: "
-        "the set-up and lint before it are not counted). Wall time is the pytest session's; test time is "
-        "the sum over tests, which two workers spend side by side. The table is generated from "
-        "`bench/results/suite_time.json`.",
-        "",
-        f"Run on {document['machine']}.",
-        "",
+        f"{HEADING}\n\n{INTRO}\n\nRun on {document['machine']}.\n",
         "| Run | Commit | Tests | Failed | Skipped | Wall min | Test time min |",
         "|---|---|---|---|---|---|---|",
     ]
