@@ -41,6 +41,7 @@ JOB = "digits"
 # 12 epochs a run ended 3 epochs after the restart, before the restarted rank 0 had ever been scraped.
 EPOCHS = 30
 KILLED_RANK = 1
+KILL_INTO_EPOCH = 0.2  # of the last epoch's length: the kill lands early in the next epoch
 METRICS = "MetricsAvailable"
 MIN_OUTAGE_SECONDS = 8.0  # four rebalancer passes
 # The node slowed during the outage (the test bed's simulated slowdown, a noisy neighbour): the fastest,
@@ -156,13 +157,14 @@ def _percent(value: float | None) -> str:
 def kill_a_worker_mid_epoch(bed: Testbed, cluster: Cluster, seen: KillSeen) -> None:
     namespace = cluster.namespace
     rank0 = wait_for(lambda: worker_run(bed, namespace, JOB, 0, 0), 30, "rank 0's process")
-    wait_for(rank0.progress, 120, "the first epoch to end")
-    time.sleep(1.0)  # into the next epoch
-    victim = worker_run(bed, namespace, JOB, 0, KILLED_RANK)
-    assert victim is not None and victim.pid is not None, "no process for the worker to kill"
-    finished = rank0.progress()
+    victim = wait_for(lambda: worker_run(bed, namespace, JOB, 0, KILLED_RANK), 30, "the victim's process")
+    victim_pid = wait_for(lambda: victim.pid, 30, "the victim's process id")
+    # Epochs last about a second here, and a balanced split makes the next one shorter still: the kill
+    # goes in early in the next epoch, after a short fraction of the last one's length, polled closely.
+    finished = wait_for(rank0.progress, 120, "the first epoch to end", interval=0.02)
+    time.sleep(KILL_INTO_EPOCH * float(finished[-1]["wall_seconds"]))
     seen.checkpoints = checkpoints(bed, namespace, JOB)
-    os.kill(victim.pid, signal.SIGKILL)
+    os.kill(victim_pid, signal.SIGKILL)
     seen.mid_epoch = len(rank0.progress()) == len(finished)
     seen.epochs_done = finished[-1]["epoch"]
     restarted = cluster.until(
