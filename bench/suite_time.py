@@ -66,7 +66,7 @@ def report(document: dict[str, Any]) -> str:
             f"| {run['wall_seconds'] / 60:.1f} | {summed / 60:.1f} |"
         )
     lines += ["", "Test time per folder, minutes:", ""]
-    folders = sorted({f for run in runs for f in run["test_seconds_per_folder"]})
+    folders = {f for run in runs for f in run["test_seconds_per_folder"]}
     lines.append("| Folder | " + " | ".join(run["label"] for run in runs) + " |")
     lines.append("|---|" + "---|" * len(runs))
     for folder in sorted(folders, key=lambda f: -max(r["test_seconds_per_folder"].get(f, 0) for r in runs)):

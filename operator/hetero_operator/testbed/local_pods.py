@@ -68,7 +68,7 @@ def claim_pod_network(lock_dir: Path) -> tuple[ipaddress.IPv4Network, IO[str]]:
     )
 
 
-def nth_pod_ip(index: int, network: ipaddress.IPv4Network = LOCAL_POD_NETWORK) -> str:
+def nth_pod_ip(index: int, network: ipaddress.IPv4Network) -> str:
     """The index-th usable address of `network` (skipping network and .0/.255 hosts)."""
     hosts = network.num_addresses
     candidate = index + 2
