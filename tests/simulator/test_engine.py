@@ -17,7 +17,7 @@ from hetero_operator.simulator.engine import EngineOptions, SimulationError, sim
 from hetero_operator.simulator.jobs import build_job
 from hetero_operator.simulator.policies import POLICIES, FifoGangPolicy, make_policy
 from hetero_operator.simulator.policies.base import decisions
-from hetero_operator.simulator.rates import best_single_class_rate
+from hetero_operator.simulator.rates import best_single_class_rate, best_single_class_set
 from hetero_operator.simulator.report import summarize
 from hetero_operator.simulator.trace import TraceJob
 from hetero_operator.simulator.workloads import RESNET18
@@ -194,3 +194,16 @@ def test_no_job_on_one_class_finishes_before_its_contention_free_bound(policy: s
         if outcome.job_id == "alone" and policy == "heterotrain":
             assert outcome.jct_s == pytest.approx(bound, rel=1e-6)
     assert checked >= len(trace) // 2
+
+
+def test_the_bound_names_the_set_that_reaches_it() -> None:
+    """V100 is the fastest of the three classes for ResNet-18 (Gavel's table), and on one node more
+    GPUs of it train faster: the bound's set is the most V100s the job may have."""
+    cluster = three_class_cluster()
+    options = EngineOptions()
+    catalog = tuple(sorted(cluster.classes, key=lambda c: c.name))
+    job = build_job(row("r", "resnet18", 2, 3600.0, gpus_max=4), cluster, pipelines=True, prior=options.prior)
+    per_node = {c.name: 8 for c in catalog}
+    rate, gpu_class, size = best_single_class_set(job.request, per_node, catalog, options.prior)
+    assert (gpu_class, size) == ("v100", 4)
+    assert rate == best_single_class_rate(job.request, per_node, catalog, options.prior) > 0

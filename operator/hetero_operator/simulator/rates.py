@@ -47,14 +47,23 @@ def best_single_class_rate(
     """The highest samples/s a data-parallel job reaches on GPUs of one class it allows, of any count
     from gpus.min to gpus.max on as few nodes as hold them, with the cluster to itself (0 where no
     count splits its batch). ``gpus_per_node``: GPUs on each node of a class."""
-    best = 0.0
+    return best_single_class_set(job, gpus_per_node, catalog, prior)[0]
+
+
+def best_single_class_set(
+    job: JobRequest, gpus_per_node: Mapping[str, int], catalog: Catalog, prior: PriorModel
+) -> tuple[float, str | None, int]:
+    """`best_single_class_rate`, with the class and GPU count that reach it (the first of equals;
+    ``(0, None, 0)`` where no count splits the job's batch)."""
+    best: tuple[float, str | None, int] = (0.0, None, 0)
     for gpu_class in gpus_per_node:
         if not job.allows(gpu_class):
             continue
         for size in range(job.gpus_min, job.gpus_max + 1):
             nodes = -(-size // gpus_per_node[gpu_class])
-            rate = data_parallel_rate(job, Counter({gpu_class: size}), nodes, catalog, prior)
-            best = max(best, rate or 0.0)
+            rate = data_parallel_rate(job, Counter({gpu_class: size}), nodes, catalog, prior) or 0.0
+            if rate > best[0]:
+                best = (rate, gpu_class, size)
     return best
 
 
