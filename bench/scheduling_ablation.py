@@ -34,13 +34,24 @@ DEFAULT = SchedulerConfig()
 # What the former configurations share: mixes whenever faster, near-ties to the fastest, no moves,
 # and nothing taken back from jobs that grew.
 FORMER = replace(
-    DEFAULT, mix_gain=0.0, tie_tolerance=0.01, move_gain=None, reclaim_growth=False, reclaim_gain=None
+    DEFAULT,
+    mix_gain=0.0,
+    tie_tolerance=0.01,
+    move_gain=None,
+    reclaim_growth=False,
+    reclaim_gain=None,
+    restart_seconds=None,
 )
 # (name, configuration, HetPipe pipelines)
 VARIANTS: tuple[tuple[str, SchedulerConfig, bool], ...] = (
     ("default", DEFAULT, True),
     ("no moves onto idle faster GPUs", replace(DEFAULT, move_gain=None), True),
     ("no growth toward gpus.max", replace(DEFAULT, elastic=False), True),
+    (
+        "growth and moves judged by throughput alone, not the time left (restart_seconds unset)",
+        replace(DEFAULT, restart_seconds=None),
+        True,
+    ),
     (
         "starting jobs never take back what others grew into (reclaim_gain unset)",
         replace(DEFAULT, reclaim_gain=None),

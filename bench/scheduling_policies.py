@@ -222,8 +222,8 @@ def report(document: dict[str, Any]) -> str:
         "- `heterotrain`: the operator's scheduler in its default configuration (the only one): one class "
         "per job unless a mix is 20% faster, near-ties to cheaper GPUs, backfill, HetPipe virtual workers "
         "for models too big for a class, growth toward gpus.max and moves onto faster GPUs while they sit "
-        "idle (grown GPUs go back to a waiting head, and to a starting job at least twice as fast on them), "
-        "priority preemption.",
+        "idle when that saves the job more than a restart costs (grown GPUs go back to a waiting head, and "
+        "to a starting job at least twice as fast on them), priority preemption.",
         "",
         "Means over the seeds of each seed's average JCT, p99 JCT and makespan, in hours; restarts per job "
         "(preemptions, resizes and moves). The x0 / x4 columns are the average JCT with restarts free and "

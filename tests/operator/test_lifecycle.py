@@ -232,6 +232,19 @@ def test_gpus_used_by_others_count_foreign_pods_and_pods_beyond_an_allocation() 
     assert without == {"a": (4, 0), "b": (0, 0)}
 
 
+def test_a_running_jobs_eta_is_the_training_it_has_left_for_the_scheduler() -> None:
+    progress = Progress(epoch=3, samples_per_second=50.0, eta_seconds=420.0)
+    status = running_status().model_copy(
+        update={"allocation": allocation(("a", "fast"), ("a", "fast")), "progress": progress}
+    )
+    facts = JobFacts("team", "train", "uid-1", "7", NOW, False, job(status))
+    assert job_request(facts, facts.model, status, holding=True).remaining_s == 420.0  # type: ignore[arg-type]
+    # Without GPUs there is nothing to resize; without an ETA the scheduler goes by throughput alone.
+    assert job_request(facts, facts.model, status, holding=False).remaining_s is None  # type: ignore[arg-type]
+    unknown = status.model_copy(update={"progress": Progress(epoch=0)})
+    assert job_request(facts, facts.model, unknown, holding=True).remaining_s is None  # type: ignore[arg-type]
+
+
 def test_queueing_stamps_the_arrival_once() -> None:
     first = queued(job(), NOW + 0.123456)
     assert first.queued_at is not None and first.queued_at.timestamp() == NOW + 0.123456

@@ -100,6 +100,14 @@ def test_a_running_job_moves_onto_idle_faster_gpus() -> None:
     assert not schedule(_running_on_slow(), STATIC).grow  # moves off
 
 
+def test_a_job_about_to_finish_is_not_moved() -> None:
+    """4x the speed per GPU saves 3/4 of the time left: 45 s of 60, less than a restart's 60 s."""
+    running = _running_on_slow()
+    for left, moves in ((60.0, False), (600.0, True)):
+        snapshot = replace(running, jobs=(replace(running.jobs[0], remaining_s=left),))
+        assert ("ns/r" in schedule(snapshot, SchedulerConfig(elastic=False)).grow) is moves, left
+
+
 def test_no_move_onto_gpus_a_waiting_job_could_use() -> None:
     snapshot = _running_on_slow(extra_fast_used=2)
     # A fast-only job needing 4 waits for fast's GPUs: they are not idle, so nobody moves there.

@@ -237,6 +237,10 @@ def job_request(
         preemptible=movable,
         profile=scheduler_profile(status.measured),
         exact_mix=exact_mix,
+        # Written at each epoch's start, so it may overstate what is left by up to an epoch.
+        remaining_s=status.progress.eta_seconds
+        if current is not None and status.progress is not None
+        else None,
     )
 
 

@@ -118,6 +118,15 @@ class SchedulerConfig:
             "its predicted throughput rises by at least this share; unset: never move.",
         ),
     ] = 0.5
+    restart_seconds: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="What a checkpoint-restart costs a running job (its pods starting again, the "
+            "checkpoint saved and restored): it is grown or moved only when that saves it more time than "
+            "this on the training it has left (its status's ETA); unset: the throughput gain decides alone.",
+        ),
+    ] = 60.0
     reclaim_gain: Annotated[
         float | None,
         Field(
@@ -447,7 +456,9 @@ def _move_idle(
         return
     movable = [j for j in running if j.preemptible and j.exact_mix is None and j.key not in victims]
     admits = None if fair is None else _admits_move(fair)
-    moves = plan_moves(movable, ctx, idle, config.move_gain, config.max_growths_per_cycle, admits)
+    moves = plan_moves(
+        movable, ctx, idle, config.move_gain, config.max_growths_per_cycle, admits, config.restart_seconds
+    )
     for job, candidate in moves:
         victims.add(job.key)  # it restarts this cycle: nothing else resizes it
         out.predicted[job.key] = candidate.prediction.samples_per_second
@@ -501,7 +512,7 @@ def _grow_idle(
             continue  # at its cap already: no try spent on it
         tried += 1
         gain = config.grow_gain_new if is_new else config.grow_gain_running
-        candidate = grow(job, holding, ctx, classes, gain)
+        candidate = grow(job, holding, ctx, classes, gain, None if is_new else config.restart_seconds)
         if candidate is None:
             continue
         if fair is not None:

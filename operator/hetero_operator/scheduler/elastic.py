@@ -28,15 +28,25 @@ def growth_sizes(current: int, cap: int, addable: int, chunk: int) -> list[int]:
     return sorted(extra for extra in tries if 0 < extra <= room)
 
 
+def pays_for_restart(job: JobRequest, rate_now: float, rate_new: float, restart_s: float | None) -> bool:
+    """Whether restarting a running job at ``rate_new`` saves more of its remaining time than the
+    restart costs (``restart_s``); with either unknown, yes (throughput margins decide alone)."""
+    if job.remaining_s is None or restart_s is None or rate_new <= 0:
+        return True
+    return job.remaining_s * (1.0 - rate_now / rate_new) > restart_s
+
+
 def grow(
     job: JobRequest,
     holding: Counter[str],
     ctx: PlacementContext,
     classes: frozenset[str],
     min_gain: float,
+    restart_s: float | None = None,
 ) -> Candidate | None:
     """The best larger GPU set for ``job`` using free GPUs of ``classes``, if it beats the current
-    one by ``min_gain`` (relative throughput); ``None`` otherwise."""
+    one by ``min_gain`` (relative throughput) and, for a running job, saves more time than a
+    restart costs (``restart_s``, see `pays_for_restart`); ``None`` otherwise."""
     current = sum(holding.values())
     addable = sum(ctx.state.free[c].usable(job.chunk) for c in classes)
     sizes = growth_sizes(current, largest_size(job), addable, job.chunk)
@@ -55,5 +65,7 @@ def grow(
     if not options:
         return None
     best = max(options, key=lambda c: (c.prediction.samples_per_second, -c.node_count))
-    threshold = now.prediction.samples_per_second * (1.0 + min_gain)
-    return best if best.prediction.samples_per_second >= threshold else None
+    rate_now, rate_new = now.prediction.samples_per_second, best.prediction.samples_per_second
+    if rate_new < rate_now * (1.0 + min_gain):
+        return None
+    return best if pays_for_restart(job, rate_now, rate_new, restart_s) else None

@@ -162,7 +162,8 @@ class JobRequest:
     ``allowed_classes`` is in preference order (empty: any class). ``current`` is the allocation the
     job holds (``None`` while queued). ``max_local_batch`` caps the local batch per GPU of a class.
     ``exact_mix`` (GPUs per class): a quota system admitted the job on exactly these GPUs; it is
-    placed on them or waits, and is never grown (see `admitted`).
+    placed on them or waits, and is never grown (see `admitted`). ``remaining_s``: seconds of
+    training left on ``current`` (its status's ETA; ``None`` when not known).
     """
 
     key: str
@@ -181,6 +182,7 @@ class JobRequest:
     preemptible: bool = True
     profile: MeasuredProfile | None = None
     exact_mix: Mapping[str, int] | None = None
+    remaining_s: float | None = None
 
     def __post_init__(self) -> None:
         namespace, _, name = self.key.partition("/")
@@ -203,6 +205,10 @@ class JobRequest:
         )
         bad = sorted(c for c, v in self.max_local_batch.items() if v < 1)
         _require(not bad, f"jobs[{self.key}].max_local_batch: limits must be >= 1 (classes {bad})")
+        _require(
+            self.remaining_s is None or (math.isfinite(self.remaining_s) and self.remaining_s >= 0),
+            f"jobs[{self.key}].remaining_s: must be a finite number of seconds >= 0, got {self.remaining_s}",
+        )
         if self.virtual_worker_size is not None:
             _require(
                 1 <= self.virtual_worker_size <= self.gpus_max,

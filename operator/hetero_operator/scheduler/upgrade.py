@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from hetero_operator.scheduler.elastic import pays_for_restart
 from hetero_operator.scheduler.placement import (
     Candidate,
     PlacementContext,
@@ -41,7 +42,11 @@ def per_gpu_speeds(job: JobRequest, classes: Iterable[str], ctx: PlacementContex
 
 
 def best_move(
-    job: JobRequest, ctx: PlacementContext, idle: frozenset[str], min_gain: float
+    job: JobRequest,
+    ctx: PlacementContext,
+    idle: frozenset[str],
+    min_gain: float,
+    restart_s: float | None = None,
 ) -> tuple[float, Candidate] | None:
     """The job's best one-class GPU set of its current size in ``idle`` classes it does not use, and
     its gain (new over current throughput), if the gain reaches ``1 + min_gain``. Classes are ranked
@@ -68,8 +73,10 @@ def best_move(
     moved = best_candidate(job, size, ctx, Budgets([]), classes_allowed=frozenset({fastest}))
     if now is None or moved is None:
         return None
-    gain = moved.prediction.samples_per_second / now.prediction.samples_per_second
-    return (gain, moved) if gain >= 1.0 + min_gain else None
+    rate_now, rate_new = now.prediction.samples_per_second, moved.prediction.samples_per_second
+    if rate_new < rate_now * (1.0 + min_gain) or not pays_for_restart(job, rate_now, rate_new, restart_s):
+        return None
+    return rate_new / rate_now, moved
 
 
 def plan_moves(
@@ -79,15 +86,20 @@ def plan_moves(
     min_gain: float,
     limit: int,
     admits: Callable[[JobRequest, Counter[str]], bool] | None = None,
+    restart_s: float | None = None,
 ) -> list[tuple[JobRequest, Candidate]]:
     """Up to ``limit`` moves, the largest gains first; each is scored again against what the moves
     before it took, and must pass ``admits`` (GPUs per class of the new set; quotas). A moved job's
     old GPUs stay taken for the rest of the cycle: they are free only once its pods have stopped."""
-    scored = [(move[0], job) for job in running if (move := best_move(job, ctx, idle, min_gain)) is not None]
+    scored = [
+        (move[0], job)
+        for job in running
+        if (move := best_move(job, ctx, idle, min_gain, restart_s)) is not None
+    ]
     scored.sort(key=lambda s: (-s[0], s[1].created_at, s[1].key))
     chosen: list[tuple[JobRequest, Candidate]] = []
     for _, job in scored[:limit]:
-        move = best_move(job, ctx, idle, min_gain)
+        move = best_move(job, ctx, idle, min_gain, restart_s)
         if move is None:
             continue
         candidate = move[1]

@@ -275,8 +275,19 @@ class Simulation:
                 raise SimulationError(f"{self.policy.name}: placed {key}, which is already running")
             self._start(key, allocation)
 
+    def _time_left(self, key: str) -> float:
+        """Seconds the running job still needs on its allocation (a restart's delay included)."""
+        run = self.runs[key]
+        done = run.rate * max(0.0, self.now - run.progress_from)
+        return max(0.0, run.progress_from - self.now) + max(0.0, self.remaining[key] - done) / run.rate
+
     def _cycle(self) -> Decisions:
-        jobs = tuple(self.requests[key] for key in self.active)
+        jobs = tuple(
+            replace(self.requests[key], remaining_s=self._time_left(key))
+            if key in self.runs
+            else self.requests[key]
+            for key in self.active
+        )
         queues = tuple(replace(q, usage=self.usage[q.name]) for q in self.options.queues)
         snapshot = Snapshot(self.cluster.classes, self.cluster.nodes, jobs, now=self.now, queues=queues)
         self.cycles += 1
