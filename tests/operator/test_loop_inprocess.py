@@ -11,6 +11,7 @@ from tests.operator.inprocess import GRACE, Cluster
 
 from hetero_operator.controller import names
 from hetero_operator.controller.actions import CreateGeneration, PostEvent, PublishPlan
+from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 
 TWO_NODES = {"fast-0": ("fast", 2), "slow-0": ("slow", 4)}
@@ -258,5 +259,39 @@ def test_a_starting_job_takes_back_faster_gpus_a_job_grew_into_and_starts_on_the
         assert {p["spec"]["nodeName"] for p in cluster.pods("newcomer").values()} == {"fast-0"}
         assert {p["spec"]["nodeName"] for p in cluster.pods("grown").values()} == {"fast-0"}
         assert cluster.status("grown").get("restarts", 0) == 0, "a resize is no failure"
+
+    run(scenario)
+
+
+def test_a_job_near_its_end_by_its_eta_is_not_grown_and_one_with_long_left_is() -> None:
+    async def scenario() -> None:
+        cluster = Cluster({"fast-0": ("fast", 4)})
+        cluster.submit("other", gpus={"min": 2, "max": 2}, batch={"global": 64})
+        cluster.advance(1)
+        cluster.submit("elastic", gpus={"min": 2, "max": 4}, batch={"global": 64})
+        await cluster.cycle()
+        cluster.run_pods("other")
+        cluster.run_pods("elastic")
+        await cluster.cycle()
+        assert cluster.status("elastic")["allocation"]["totalGpus"] == 2
+
+        async def eta(seconds: float) -> None:  # what the progress task writes
+            path = path_of("HeteroTrainJob", "team", "elastic", "status")
+            progress = {"epoch": 3, "samplesPerSecond": 100.0, "etaSeconds": seconds}
+            await cluster.kube.merge_patch(path, {"status": {"progress": progress}})
+
+        # Twice the GPUs saves at most half of the 30 s left: less than a restart costs (60 s).
+        await eta(30.0)
+        cluster.run_pods("other", "Succeeded", exit_code=0)
+        for _ in range(3):
+            await cluster.cycle()
+        assert cluster.status("other")["phase"] == "Succeeded"
+        assert cluster.status("elastic")["allocation"]["totalGpus"] == 2
+        assert not any(c["type"] == "Draining" for c in cluster.status("elastic")["conditions"])
+        # With an hour left the same growth pays: it drains to restart on four GPUs.
+        await eta(3600.0)
+        await cluster.cycle()
+        assert cluster.condition("elastic", "Draining")["reason"] == "Resized"
+        assert cluster.status("elastic")["allocation"]["totalGpus"] == 4
 
     run(scenario)
