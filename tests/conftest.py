@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import signal
 import sys
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
+from tests.beds import fresh_namespace, running_bed
 
-from hetero_operator.testbed import images, kueue
+from hetero_operator.testbed import images
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.container_store import Engine
-from hetero_operator.testbed.nodes import load_node_list
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,30 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-@contextmanager
-def running_bed(directory: Path, with_kueue: bool = False) -> Iterator[Testbed]:
-    """A test bed with the CRDs installed and the example GPU nodes Ready, stopped on the way out.
-    Its directory (logs included) stays after the run."""
-    bed = Testbed(directory)
-    try:
-        bed.up(load_node_list(EXAMPLE_NODES))
-        if with_kueue:
-            kueue.start(bed)
-        yield bed
-    finally:
-        bed.down()
-
-
-@contextmanager
-def fresh_namespace(bed: Testbed, prefix: str) -> Iterator[str]:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    bed.kubectl("create", "namespace", name)
-    try:
-        yield name
-    finally:
-        bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="session")
@@ -63,20 +33,6 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 @pytest.fixture
 def namespace(testbed: Testbed) -> Iterator[str]:
     with fresh_namespace(testbed, "t") as name:
-        yield name
-
-
-@pytest.fixture(scope="session")
-def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A test bed of its own with Kueue running (its CRDs, its webhooks on loopback). Separate from
-    `testbed`, so a run without Kueue tests never starts Kueue."""
-    with running_bed(tmp_path_factory.mktemp("kueue-testbed"), with_kueue=True) as bed:
-        yield bed
-
-
-@pytest.fixture
-def kueue_namespace(kueue_testbed: Testbed) -> Iterator[str]:
-    with fresh_namespace(kueue_testbed, "k") as name:
         yield name
 
 

@@ -8,21 +8,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.beds import fresh_namespace, running_bed
 from tests.operator import live
 from tests.operator.conftest import gpu_classes_tolerating_kwok
 
 from hetero_operator.testbed.cluster import Testbed
 
+
+@pytest.fixture(scope="package")
+def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A test bed of its own with Kueue running (its CRDs, its webhooks on loopback). Separate from
+    `testbed`, so a run without Kueue tests never starts Kueue; stopped once this folder's tests end,
+    so it takes no CPU from the rest of the run."""
+    with running_bed(tmp_path_factory.mktemp("kueue-testbed"), with_kueue=True) as bed:
+        yield bed
+
+
+@pytest.fixture
+def kueue_namespace(kueue_testbed: Testbed) -> Iterator[str]:
+    with fresh_namespace(kueue_testbed, "k") as name:
+        yield name
+
+
 GRACE_SECONDS = 6.0  # long enough to see the workers asked for a checkpoint before they stop
 REPROPOSE_SECONDS = 600  # unless a test module sets its own REPROPOSE_SECONDS: no re-proposal
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kueue_gpu_classes(kueue_testbed: Testbed) -> None:
     kueue_testbed.apply_objects(gpu_classes_tolerating_kwok())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kueue_chart_account(
     kueue_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[live.ChartAccount]:

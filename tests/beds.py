@@ -1,0 +1,39 @@
+"""Starting and stopping the live test beds the fixtures share."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hetero_operator.testbed import kueue
+from hetero_operator.testbed.cluster import Testbed
+from hetero_operator.testbed.nodes import load_node_list
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
+
+
+@contextmanager
+def running_bed(directory: Path, with_kueue: bool = False) -> Iterator[Testbed]:
+    """A test bed with the CRDs installed and the example GPU nodes Ready, stopped on the way out.
+    Its directory (logs included) stays after the run."""
+    bed = Testbed(directory)
+    try:
+        bed.up(load_node_list(EXAMPLE_NODES))
+        if with_kueue:
+            kueue.start(bed)
+        yield bed
+    finally:
+        bed.down()
+
+
+@contextmanager
+def fresh_namespace(bed: Testbed, prefix: str) -> Iterator[str]:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    bed.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
