@@ -79,7 +79,7 @@ def test_reader_sees_allocation_plan_and_history_of_one_job(api_bed: ApiBed, api
     job = response.json()
     assert [w["node"] for w in job["allocation"]["workers"]] == [api_bed.node("fast-0")] * 4
     assert job["plan"]["localBatches"] == [32, 32, 32, 32] and job["plan"]["version"] == 2
-    assert job["progress"] == {"epoch": 1, "samplesPerSecond": 512.0, "etaSeconds": 40.0}
+    assert job["progress"] == {"epoch": 1, "samplesPerSecond": 512.0, "etaSeconds": 40.0, "updatedAt": None}
     assert [(r["fromVersion"], r["toVersion"], r["reason"]) for r in job["rebalances"]] == [
         (1, 2, "MeasuredSpeeds")
     ]

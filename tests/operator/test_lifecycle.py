@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.operator.builders import TOLERATE_KWOK, allocation, job, pod
@@ -243,6 +244,10 @@ def test_a_running_jobs_eta_is_the_training_it_has_left_for_the_scheduler() -> N
     assert job_request(facts, facts.model, status, holding=False).remaining_s is None  # type: ignore[arg-type]
     unknown = status.model_copy(update={"progress": Progress(epoch=0)})
     assert job_request(facts, facts.model, unknown, holding=True).remaining_s is None  # type: ignore[arg-type]
+    # Measured 100 s ago: 320 s are left now.
+    measured = progress.model_copy(update={"updated_at": datetime.fromtimestamp(NOW - 100, tz=UTC)})
+    earlier = status.model_copy(update={"progress": measured})
+    assert job_request(facts, facts.model, earlier, holding=True, now=NOW).remaining_s == 320.0  # type: ignore[arg-type]
 
 
 def test_queueing_stamps_the_arrival_once() -> None:

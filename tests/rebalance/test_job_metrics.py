@@ -4,6 +4,7 @@ Prometheus and the API server for more only once a decision is due."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -63,6 +64,17 @@ def test_eta_is_the_remaining_epochs_at_the_recent_pace() -> None:
     assert eta_seconds({0: 0.0}, 0, 10) is None  # no whole epoch seen yet
     assert eta_seconds({2: 100.0, 3: 110.0, 4: 130.0}, 4, 10) == 6 * 15.0
     assert eta_seconds({1: 0.0, 3: 50.0}, 3, 10) is None  # not consecutive: the gap is no epoch
+    # 5 s into epoch 4 (started at 130 s): 6 epochs of 15 s, less the 5 s already run.
+    assert eta_seconds({2: 100.0, 3: 110.0, 4: 130.0}, 4, 10, now=135.0) == 6 * 15.0 - 5
+
+
+def test_the_eta_counts_down_from_when_it_was_measured() -> None:
+    measured = datetime(2026, 1, 1, tzinfo=UTC)
+    progress = Progress(epoch=4, eta_seconds=90.0, updated_at=measured)
+    assert progress.time_left(measured.timestamp() + 30) == 60.0
+    assert progress.time_left(measured.timestamp() + 300) == 0.0  # overdue: nothing left, not negative
+    assert Progress(epoch=4, eta_seconds=90.0).time_left(measured.timestamp()) == 90.0  # no time: as written
+    assert Progress(epoch=4).time_left(measured.timestamp()) is None
 
 
 def test_rate_noise_is_not_written_but_a_new_epoch_is() -> None:
@@ -95,7 +107,9 @@ def test_progress_is_written_for_running_jobs_whatever_their_rebalancing() -> No
             await poller.poll_once()
         for name, rate in (("on", 100.0), ("off", 50.0)):
             progress = (kube.obj("HeteroTrainJob", "team", name) or {})["status"]["progress"]
-            assert progress == {"epoch": 2, "samplesPerSecond": rate, "etaSeconds": 8 * 60.0}
+            at = datetime.fromtimestamp(clock.time(), tz=UTC).isoformat().replace("+00:00", "Z")
+            expected = {"epoch": 2, "samplesPerSecond": rate, "etaSeconds": 8 * 60.0, "updatedAt": at}
+            assert progress == expected
         assert "progress" not in (kube.obj("HeteroTrainJob", "team", "waiting") or {})["status"]
         assert kube.count("PATCH") == 4  # two jobs, two epochs; the queued job is left alone
 

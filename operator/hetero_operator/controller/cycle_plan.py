@@ -273,4 +273,4 @@ def _requests(
             generation = status.allocation.generation if status.allocation is not None else None
             stopping = any(p.live and p.generation != generation for p in pods)
             movable = not stopping and not is_true(status, ConditionType.DRAINING) and not under_kueue
-            yield job_request(item.facts, item.job, status, holding=True, movable=movable)
+            yield job_request(item.facts, item.job, status, holding=True, movable=movable, now=now)

@@ -24,7 +24,13 @@ from hetero_operator.kueue.facts import (
     WorkloadFacts,
 )
 from hetero_operator.resources import Allocation as StatusAllocation
-from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
+from hetero_operator.resources import (
+    AllocationPolicy,
+    HeteroTrainJob,
+    HeteroTrainJobStatus,
+    MeasuredProfile,
+    Progress,
+)
 from hetero_operator.resources.parallelism import HetPipeParameters
 from hetero_operator.scheduler import (
     Allocation,
@@ -196,6 +202,7 @@ def job_request(
     holding: bool,
     movable: bool = True,
     exact_mix: Mapping[str, int] | None = None,
+    now: float | None = None,
 ) -> JobRequest:
     """The scheduler's view of one job. `movable`: the scheduler may resize or preempt it (not while
     it drains for an earlier decision). `exact_mix`: Kueue admitted it on exactly these GPUs per
@@ -237,11 +244,15 @@ def job_request(
         preemptible=movable,
         profile=scheduler_profile(status.measured),
         exact_mix=exact_mix,
-        # Written at each epoch's start, so it may overstate what is left by up to an epoch.
-        remaining_s=status.progress.eta_seconds
-        if current is not None and status.progress is not None
-        else None,
+        remaining_s=_time_left(status.progress, now) if current is not None else None,
     )
+
+
+def _time_left(progress: Progress | None, now: float | None) -> float | None:
+    """Training left by the job's ETA, counted down to ``now`` from when it was measured."""
+    if progress is None:
+        return None
+    return progress.eta_seconds if now is None else progress.time_left(now)
 
 
 def scheduler_profile(measured: MeasuredProfile | None) -> SchedulerProfile | None:

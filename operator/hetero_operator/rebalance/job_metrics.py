@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
@@ -85,21 +86,26 @@ async def fetch_snapshot(http: httpx.AsyncClient, prometheus_url: str) -> Metric
 # --- progress ------------------------------------------------------------------------------------
 
 
-def eta_seconds(epoch_started: Mapping[int, float], epoch: int, epochs: int) -> float | None:
-    """Remaining epochs times the mean duration of the last few whole epochs seen."""
+def eta_seconds(
+    epoch_started: Mapping[int, float], epoch: int, epochs: int, now: float | None = None
+) -> float | None:
+    """Remaining epochs times the mean duration of the last few whole epochs seen, less what the
+    current epoch has run by ``now`` (in the clock of ``epoch_started``) when given."""
     seen = sorted(epoch_started.items())
     durations = [b[1] - a[1] for a, b in itertools.pairwise(seen) if b[0] == a[0] + 1]
     if not durations:
         return None
     recent = durations[-RECENT_EPOCHS:]
-    return max(0.0, (epochs - epoch) * sum(recent) / len(recent))
+    into = now - epoch_started[epoch] if now is not None and epoch in epoch_started else 0.0
+    return max(0.0, (epochs - epoch) * sum(recent) / len(recent) - max(0.0, into))
 
 
-def progress_of(epoch: int, rate: float | None, eta: float | None) -> Progress:
+def progress_of(epoch: int, rate: float | None, eta: float | None, at: datetime | None = None) -> Progress:
     return Progress(
         epoch=epoch,
         samples_per_second=round(rate, 2) if rate is not None else 0.0,
         eta_seconds=round(eta, 1) if eta is not None else None,
+        updated_at=at,
     )
 
 
@@ -170,9 +176,11 @@ class JobMetricsPoller:
     async def _report(self, key: str, facts: JobFacts, sample: JobSample) -> None:
         assert sample.epoch is not None and facts.model is not None
         memory = self._progress.setdefault(key, _JobProgress())
-        memory.epoch_started.setdefault(sample.epoch, self.clock.monotonic())
-        eta = eta_seconds(memory.epoch_started, sample.epoch, facts.model.spec.epochs)
-        progress = progress_of(sample.epoch, sample.samples_per_second, eta)
+        now = self.clock.monotonic()
+        memory.epoch_started.setdefault(sample.epoch, now)
+        eta = eta_seconds(memory.epoch_started, sample.epoch, facts.model.spec.epochs, now)
+        at = datetime.fromtimestamp(self.clock.time(), tz=UTC)
+        progress = progress_of(sample.epoch, sample.samples_per_second, eta, at)
         if worth_writing(memory.written, progress):
             path = path_of("HeteroTrainJob", facts.namespace, facts.name, "status")
             wire = {**progress.to_wire(), "etaSeconds": progress.eta_seconds}  # null clears an old ETA

@@ -165,6 +165,17 @@ class Progress(WireModel):
     eta_seconds: float | None = Field(
         default=None, ge=0, description="Estimated time until the last epoch completes."
     )
+    updated_at: datetime | None = Field(
+        default=None, description="When these figures were measured: the ETA counts down from here."
+    )
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds of training left at wall-clock ``now`` by the ETA (``None`` without one)."""
+        if self.eta_seconds is None:
+            return None
+        if self.updated_at is None:
+            return self.eta_seconds
+        return max(0.0, self.eta_seconds - max(0.0, now - self.updated_at.timestamp()))
 
 
 class RebalanceRecord(WireModel):
