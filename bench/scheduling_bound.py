@@ -59,9 +59,7 @@ def run_seed(scenario: Scenario, seed: int) -> dict[str, Any]:
             held[str(gpu_class)] += size * bound[row.job_id]
     averages = {"bound": statistics.fmean(bound.values())}
     span = max(row.arrival_s for row in trace) - min(row.arrival_s for row in trace)
-    gpus: Counter[str] = Counter()
-    for node in cluster.nodes:
-        gpus[node.gpu_class] += node.gpus_allocatable
+    gpus = cluster.gpus_per_class()
     demand = {c.name: held[c.name] / (gpus[c.name] * span) for c in catalog}
     for policy in POLICIES:
         jct = {o.job_id: o.jct_s for o in simulate(cluster, trace, make_policy(policy), options).outcomes}
@@ -97,6 +95,12 @@ def summarise(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def busiest_class(scenario: dict[str, Any]) -> tuple[str, float]:
+    """The class the bound asks most of, and its demand over capacity."""
+    demand: dict[str, float] = scenario["bound_demand_over_capacity"]
+    return max(demand.items(), key=lambda item: item[1])
+
+
 def report(document: dict[str, Any]) -> str:
     lines = [
         SECTION,
@@ -126,7 +130,7 @@ def report(document: dict[str, Any]) -> str:
             f"{s[key]:.3f}x"
             for key in ("greedy_over_heterotrain", "greedy_over_bound", "greedy_over_heterotrain_all_jobs")
         )
-        busiest, demand = max(s["bound_demand_over_capacity"].items(), key=lambda item: item[1])
+        busiest, demand = busiest_class(s)
         lines.append(f"| {s['name']} | {jobs:.0f} | {hours} | {ratios} | {busiest} {demand:.2f} |")
     lines.append("")
     for s in document["scenarios"]:
@@ -142,7 +146,7 @@ def report(document: dict[str, Any]) -> str:
             if room < AVG_TARGET_RATIO
             else f"the {AVG_TARGET_RATIO}x target asks for {(AVG_TARGET_RATIO - 1) / (room - 1):.0%} of it"
         )
-        busiest, demand = max(s["bound_demand_over_capacity"].items(), key=lambda item: item[1])
+        busiest, demand = busiest_class(s)
         lines.append(
             f"- {s['name']}: the most possible is {room:.3f}x (per seed {per_seed}), {verdict}; "
             f"heterotrain reaches {share:.0%} of that gain. The bound asks {demand:.2f}x of what the "

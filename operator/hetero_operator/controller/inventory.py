@@ -24,13 +24,7 @@ from hetero_operator.kueue.facts import (
     WorkloadFacts,
 )
 from hetero_operator.resources import Allocation as StatusAllocation
-from hetero_operator.resources import (
-    AllocationPolicy,
-    HeteroTrainJob,
-    HeteroTrainJobStatus,
-    MeasuredProfile,
-    Progress,
-)
+from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
 from hetero_operator.resources.parallelism import HetPipeParameters
 from hetero_operator.scheduler import (
     Allocation,
@@ -244,15 +238,10 @@ def job_request(
         preemptible=movable,
         profile=scheduler_profile(status.measured),
         exact_mix=exact_mix,
-        remaining_s=_time_left(status.progress, now) if current is not None else None,
+        remaining_s=status.progress.time_left(now)
+        if current is not None and status.progress is not None
+        else None,
     )
-
-
-def _time_left(progress: Progress | None, now: float | None) -> float | None:
-    """Training left by the job's ETA, counted down to ``now`` from when it was measured."""
-    if progress is None:
-        return None
-    return progress.eta_seconds if now is None else progress.time_left(now)
 
 
 def scheduler_profile(measured: MeasuredProfile | None) -> SchedulerProfile | None:

@@ -169,11 +169,12 @@ class Progress(WireModel):
         default=None, description="When these figures were measured: the ETA counts down from here."
     )
 
-    def time_left(self, now: float) -> float | None:
-        """Seconds of training left at wall-clock ``now`` by the ETA (``None`` without one)."""
+    def time_left(self, now: float | None) -> float | None:
+        """Seconds of training left at wall-clock ``now`` by the ETA (``None`` without one); the ETA
+        as written when ``now`` or the time it was measured is unknown."""
         if self.eta_seconds is None:
             return None
-        if self.updated_at is None:
+        if now is None or self.updated_at is None:
             return self.eta_seconds
         return max(0.0, self.eta_seconds - max(0.0, now - self.updated_at.timestamp()))
 
