@@ -158,7 +158,11 @@ def test_operator_under_the_chart_service_account_runs_a_job_to_success(
     alive = httpx.get(alive_url, timeout=5).json()
     assert alive == {"status": "ok", "checks": {"eventLoop": "ok", "schedulingLoop": "ok"}}
 
-    wait_until(lambda: status().get("phase") == "Running", "the job to run", timeout=90)
+    try:
+        wait_until(lambda: status().get("phase") == "Running", "the job to run", timeout=90)
+    except AssertionError as waited_too_long:
+        # The job's conditions say why it waits (an UnknownQueue left by another test, say).
+        raise AssertionError(f"{waited_too_long}; status: {status()}") from None
     pods = workers()
     assert pods and all(p["status"]["phase"] == "Running" for p in pods)
     assert len(pods) == len(status()["allocation"]["workers"])

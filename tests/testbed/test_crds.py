@@ -73,12 +73,32 @@ def test_examples_select_the_manifests_by_content() -> None:
 
 @pytest.mark.parametrize("manifest", kubernetes_manifests(), ids=lambda path: path.name)
 def test_example_manifest_applies(testbed: Any, namespace: str, manifest: Path) -> None:
-    result = testbed.kubectl("apply", "-n", namespace, "-f", "-", input=manifest.read_text())
-    assert result.returncode == 0
-    for doc in yaml.safe_load_all(manifest.read_text()):
-        scope = ["-n", namespace] if doc["kind"] == "HeteroTrainJob" else []
-        stored = get_json(testbed, f"{doc['kind'].lower()}.heterotrain.io", doc["metadata"]["name"], *scope)
-        assert contains(stored["spec"], doc["spec"]), stored["spec"]
+    docs = list(yaml.safe_load_all(manifest.read_text()))
+    # Cluster-scoped objects outlive the test's namespace: the ones this test creates are deleted
+    # again, since a HeteroQueue left behind would make every later job on the shared bed wait
+    # (once any queue exists, each job must name one).
+    cluster_scoped = [
+        f"{doc['kind'].lower()}.heterotrain.io/{doc['metadata']['name']}"
+        for doc in docs
+        if doc["kind"] != "HeteroTrainJob"
+    ]
+    created = [name for name in cluster_scoped if not _exists(testbed, name)]
+    try:
+        result = testbed.kubectl("apply", "-n", namespace, "-f", "-", input=manifest.read_text())
+        assert result.returncode == 0
+        for doc in docs:
+            scope = ["-n", namespace] if doc["kind"] == "HeteroTrainJob" else []
+            kind = f"{doc['kind'].lower()}.heterotrain.io"
+            stored = get_json(testbed, kind, doc["metadata"]["name"], *scope)
+            assert contains(stored["spec"], doc["spec"]), stored["spec"]
+    finally:
+        if created:
+            testbed.kubectl("delete", *created, "--ignore-not-found", check=False)
+
+
+def _exists(testbed: Any, name: str) -> bool:
+    found: bool = testbed.kubectl("get", name, "--ignore-not-found", "-o", "name").stdout.strip() != ""
+    return found
 
 
 def test_server_defaults_equal_model_defaults(testbed: Any, namespace: str) -> None:
