@@ -21,16 +21,12 @@ from hetero_operator.plan import DreamDDPParams, HetPipeParams, Plan, SESGDParam
 from hetero_runtime.device import Placement
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.metrics import WorkerMetrics
+from hetero_runtime.plan_refusals import own_shuffle_refusal, strategy_refusal, unmodified_script_refusal
 from hetero_runtime.simulate import SpeedSimulator
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
 from hetero_runtime.wrap.buckets import BucketedAllReduce, bucket_layout
-from hetero_runtime.wrap.refusals import (
-    dataset_refusal,
-    own_shuffle_refusal,
-    strategy_refusal,
-    unmodified_script_refusal,
-)
+from hetero_runtime.wrap.refusals import dataset_refusal
 
 POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
 
@@ -333,3 +329,24 @@ def test_the_averaging_schedule_resumes_at_the_step_the_checkpoint_was_saved(tmp
     averaging = fresh.loader.session.step_averaging()
     # Every step the stopped script took has been averaged once, the one it saved inside included.
     assert averaging is not None and averaging.steps == ran
+
+
+def test_the_worker_wrapper_becomes_the_command_without_importing_torch(tmp_path: Path) -> None:
+    """`heterotrain worker -- CMD` starts every pod of a script of the user's own: it only sets the
+    environment and becomes CMD, which imports torch itself. Importing torch (or the other commands'
+    libraries) first would cost each pod about two seconds of CPU for nothing."""
+    marker = tmp_path / "ran"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hetero_operator", "worker", "--", "touch", str(marker)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert marker.exists()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "hetero_runtime.worker" in imported  # the listing is the wrapper's own
+    heavy = {"torch", "numpy", "scipy", "sklearn", "fastapi", "kubernetes", "kopf"} & imported
+    assert not heavy, f"the worker wrapper imported {sorted(heavy)}"

@@ -13,7 +13,6 @@ must bring its own data to `next(model.parameters()).device`.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,10 +66,3 @@ class TrainingJob:
         if result.stopped is not None:
             raise WorkerStopped(result.stopped)
         return result
-
-
-def configure_logging(rank: int) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s rank{rank} %(levelname)s %(name)s: %(message)s",
-    )

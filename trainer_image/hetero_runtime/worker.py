@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetero_operator.plan import Plan
-from hetero_runtime.api import configure_logging
 from hetero_runtime.examples import EXAMPLES
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.plan_client import PlanSourceError, plan_source_from_spec
+from hetero_runtime.plan_refusals import unmodified_script_refusal
 from hetero_runtime.torchrun_env import torchrun_environment
-from hetero_runtime.wrap.refusals import unmodified_script_refusal
+from hetero_runtime.worker_logging import configure_logging
 
 log = logging.getLogger(__name__)
 

@@ -46,6 +46,17 @@ def operator_app() -> typer.Typer:
     return app
 
 
+def worker_app() -> typer.Typer:
+    """`heterotrain worker` alone: every worker pod starts with it, so it skips the other commands'
+    imports (the simulator's scipy, the API's fastapi, the kubernetes client: about a second of CPU)."""
+    from hetero_operator.cli.runtime import worker
+
+    app = typer.Typer(name="heterotrain", add_completion=False)
+    app.command("worker")(worker)
+    app.callback()(_group)  # a group, so that `worker` stays a subcommand
+    return app
+
+
 def _group() -> None:
     """Train on heterogeneous GPU pools."""
 
@@ -53,5 +64,7 @@ def _group() -> None:
 def main() -> None:
     if sys.argv[1:2] == ["operator"]:
         operator_app()()
+    elif sys.argv[1:2] == ["worker"]:
+        worker_app()()
     else:
         build_app()()

@@ -19,12 +19,13 @@ from torch.utils.data import DataLoader, default_collate
 from hetero_operator.plan import Plan, Strategy
 from hetero_runtime.device import to_device
 from hetero_runtime.metrics import StepRecord
+from hetero_runtime.plan_refusals import own_shuffle_refusal
 from hetero_runtime.prefetch import staged
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler, step_sizes
 from hetero_runtime.strategies.esync import OwnStream
 from hetero_runtime.trainer import default_plan
 from hetero_runtime.wrap.esync_rounds import ESyncRounds
-from hetero_runtime.wrap.refusals import dataset_refusal, is_stream, own_shuffle_refusal
+from hetero_runtime.wrap.refusals import dataset_refusal, is_stream
 from hetero_runtime.wrap.report import EpochRecord, RunRecord
 from hetero_runtime.wrap.session import Session, StepShare, WrapperError, current_session
 from hetero_runtime.wrap.stream import stream_steps

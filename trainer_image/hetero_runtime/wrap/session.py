@@ -22,11 +22,11 @@ from hetero_runtime.gns import NoiseTracker
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source_from_spec
+from hetero_runtime.plan_refusals import strategy_refusal
 from hetero_runtime.simulate import SpeedSimulator, Stopwatch
 from hetero_runtime.trainer import default_plan
 from hetero_runtime.wrap.averaging import LOCAL_STEP_STRATEGIES, ParameterAveraging, averaging_for
 from hetero_runtime.wrap.esync_rounds import ESyncRounds
-from hetero_runtime.wrap.refusals import strategy_refusal
 
 log = logging.getLogger(__name__)
 
