@@ -67,7 +67,7 @@ def report(document: dict[str, Any]) -> str:
         )
     lines += ["", "Test time per folder, minutes:", ""]
     folders = {f for run in runs for f in run["test_seconds_per_folder"]}
-    lines.append("| Folder | " + " | ".join(run["label"] for run in runs) + " |")
+    lines.append("| Folder | " + " | ".join(f"{run['label']} ({run['commit']})" for run in runs) + " |")
     lines.append("|---|" + "---|" * len(runs))
     for folder in sorted(folders, key=lambda f: -max(r["test_seconds_per_folder"].get(f, 0) for r in runs)):
         cells = [f"{run['test_seconds_per_folder'].get(folder, 0.0) / 60:.1f}" for run in runs]
