@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -36,24 +38,13 @@ def build_app() -> typer.Typer:
     return app
 
 
-def operator_app() -> typer.Typer:
-    """`heterotrain operator` alone (its options are its settings model's: see `cli.operator`)."""
+def one_command_app(name: str, command: Callable[..., None], **settings: Any) -> typer.Typer:
+    """A group of one command, for the commands every pod starts with (`operator` on each restart and
+    failover, `worker` in every training pod): the other commands' imports (the simulator's scipy, the
+    API's fastapi, the kubernetes client) would cost each start about a second of CPU."""
     app = typer.Typer(name="heterotrain", add_completion=False)
-    app.command("operator", help=OPERATOR_HELP, context_settings=OPERATOR_CONTEXT, add_help_option=False)(
-        operator_command
-    )
-    app.callback()(_group)  # a group, so that `operator` stays a subcommand
-    return app
-
-
-def worker_app() -> typer.Typer:
-    """`heterotrain worker` alone: every worker pod starts with it, so it skips the other commands'
-    imports (the simulator's scipy, the API's fastapi, the kubernetes client: about a second of CPU)."""
-    from hetero_operator.cli.runtime import worker
-
-    app = typer.Typer(name="heterotrain", add_completion=False)
-    app.command("worker")(worker)
-    app.callback()(_group)  # a group, so that `worker` stays a subcommand
+    app.command(name, **settings)(command)
+    app.callback()(_group)  # a group, so that the command stays a subcommand
     return app
 
 
@@ -63,8 +54,17 @@ def _group() -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["operator"]:
-        operator_app()()
+        # Its options are its settings model's (see `cli.operator`).
+        one_command_app(
+            "operator",
+            operator_command,
+            help=OPERATOR_HELP,
+            context_settings=OPERATOR_CONTEXT,
+            add_help_option=False,
+        )()
     elif sys.argv[1:2] == ["worker"]:
-        worker_app()()
+        from hetero_operator.cli.runtime import worker
+
+        one_command_app("worker", worker)()
     else:
         build_app()()
