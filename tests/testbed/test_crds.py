@@ -82,7 +82,12 @@ def test_example_manifest_applies(testbed: Any, namespace: str, manifest: Path) 
         for doc in docs
         if doc["kind"] != "HeteroTrainJob"
     ]
-    created = [name for name in cluster_scoped if not _exists(testbed, name)]
+    existing = (
+        testbed.kubectl("get", *cluster_scoped, "--ignore-not-found", "-o", "name").stdout.split()
+        if cluster_scoped
+        else []
+    )
+    created = [name for name in cluster_scoped if name not in existing]
     try:
         result = testbed.kubectl("apply", "-n", namespace, "-f", "-", input=manifest.read_text())
         assert result.returncode == 0
@@ -94,11 +99,6 @@ def test_example_manifest_applies(testbed: Any, namespace: str, manifest: Path) 
     finally:
         if created:
             testbed.kubectl("delete", *created, "--ignore-not-found", check=False)
-
-
-def _exists(testbed: Any, name: str) -> bool:
-    found: bool = testbed.kubectl("get", name, "--ignore-not-found", "-o", "name").stdout.strip() != ""
-    return found
 
 
 def test_server_defaults_equal_model_defaults(testbed: Any, namespace: str) -> None:
