@@ -9,10 +9,23 @@ from pathlib import Path
 
 from hetero_operator.testbed import kueue
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import load_node_list
+from hetero_operator.testbed.nodes import NodeList, load_node_list
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
+EXAMPLE_CLASSES = REPO_ROOT / "examples" / "gpuclasses.yaml"
+
+
+@contextmanager
+def bed_of(directory: Path, nodes: NodeList) -> Iterator[Testbed]:
+    """A test bed of these nodes only, with the example GPU classes, stopped on the way out."""
+    bed = Testbed(directory)
+    try:
+        bed.up(nodes)
+        bed.kubectl("apply", "-f", str(EXAMPLE_CLASSES))
+        yield bed
+    finally:
+        bed.down()
 
 
 @contextmanager

@@ -240,6 +240,15 @@ LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"
 puts them all on one host)."""
 PRECISION_ENV = "HETEROTRAIN_PRECISION"
 """The job's spec.precision (a `Precision` value); each worker resolves `auto` from its own device."""
+CHECK_EVERY_STEPS_ENV = "HETEROTRAIN_CHECK_EVERY_STEPS"
+"""How often (in steps) the ranks compare their parameters and check them for non-finite values; 0: at
+epoch ends only. Set it in spec.env."""
+DIVERGED_EXIT_CODE = 86
+"""A worker's exit status when its job's ranks diverged or its numbers became non-finite: every rank
+ends with it, and the operator fails the job without restarting it into the same failure."""
+TERMINATION_LOG_ENV = "HETEROTRAIN_TERMINATION_LOG"
+"""Where a worker writes its termination message, when not at the container's /dev/termination-log
+(the test bed's local process nodes set it)."""
 POD_ANNOTATIONS_FILE_ENV = "HETEROTRAIN_POD_ANNOTATIONS_FILE"
 """Path of the pod's annotations as the Downward API projects them (one `key="value"` per line)."""
 CHECKPOINT_REQUESTED_ANNOTATION = "heterotrain.io/checkpoint-requested"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from tests.beds import bed_of
 
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
@@ -18,10 +19,5 @@ def bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
     """Three local process nodes of the demo's classes, and nothing else a job could land on; one bed
     per module (a module may define its own `bed` instead)."""
     module = request.module.__name__.rsplit(".", 1)[-1]
-    testbed = Testbed(tmp_path_factory.mktemp(f"{module}-bed"))
-    try:
-        testbed.up(load_node_list(DEMO_NODES))
-        testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
+    with bed_of(tmp_path_factory.mktemp(f"{module}-bed"), load_node_list(DEMO_NODES)) as testbed:
         yield testbed
-    finally:
-        testbed.down()

@@ -1,5 +1,7 @@
 """The closed loop on the test bed: worker pods run as processes, Prometheus scrapes them, and the
-operator rebalances the job between epochs until it trains at the speed of its GPUs."""
+operator rebalances the job between epochs until it trains at the speed of its GPUs. The same loop
+follows a node that slows down under a script of the user's own (the ported DDP example), whose
+workers read their node's changing speed through the same worker session as the runtime's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from hetero_operator.rebalance import promql
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
+from hetero_runtime.examples import ddp_digits_hetero
 
 DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
 QUEUE_METRICS = (
@@ -210,6 +213,19 @@ def test_adaptive_total_batch_changes_within_bounds(
 
 
 SLOWED_NODE = "local-fast"  # rank 0's node: the demo job's fastest worker
+SLOWDOWN_EPOCHS = 16
+
+
+def ported_script_job(name: str) -> dict[str, Any]:
+    """The demo job's placement and batch, training the ported DDP example (its own loop, through
+    `heterotrain worker --`), 24 passes over the digits an epoch so that epochs last several seconds."""
+    job = copy.deepcopy(demo_job())
+    job["metadata"]["name"] = name
+    script = ["python", "-m", ddp_digits_hetero.__name__, "--epochs", str(SLOWDOWN_EPOCHS), "--passes", "24"]
+    job["spec"]["command"] = ["heterotrain", "worker", "--", *script, "--batch-size", "1024"]
+    job["spec"]["env"] = [{"name": "OMP_NUM_THREADS", "value": "1"}]  # three pods share two cores
+    job["spec"]["epochs"] = SLOWDOWN_EPOCHS
+    return job
 
 
 def _share_ratios(batches: list[int]) -> tuple[float, float]:
@@ -219,9 +235,10 @@ def _share_ratios(batches: list[int]) -> tuple[float, float]:
 def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
     loop_bed: Testbed, operator_kubeconfig: Path, tmp_path: Path
 ) -> None:
-    """Once the split has settled, the fast node is slowed to the medium one's speed (the test bed's
-    slowdown annotation): the job gets a split for 0.5 : 0.5 : 0.25; once the node recovers, a split
-    for 1 : 0.5 : 0.25 again.
+    """A script of the user's own, rebalanced from Prometheus: once the split has settled, the fast
+    node is slowed to the medium one's speed (the test bed's slowdown annotation, which its worker
+    reads from its speed file): the job gets a split for 0.5 : 0.5 : 0.25; once the node recovers, a
+    split for 1 : 0.5 : 0.25 again.
 
     How soon, in the epochs rank 0 ran (its own log): the epoch the slowdown begins in shows part of
     it, which makes rank 0 suspect at its end; the steps after that look confirm it (half an epoch,
@@ -229,9 +246,7 @@ def test_a_worker_that_slows_down_gets_a_smaller_share_and_gets_it_back(
     boundary after that, at the latest the fourth epoch from the one the slowdown began in. Add the
     epochs the metrics take to reach the rebalancer for each of the two looks (a scrape interval and
     a pass each: about two of this test's short epochs; a real job's epochs are minutes long)."""
-    job = copy.deepcopy(demo_job())
-    job["metadata"]["name"] = "slowdown"
-    job["spec"]["epochs"] = 20
+    job = ported_script_job("slowdown")
     slowdown = Slowdown(loop_bed, "slowdown", SLOWED_NODE, factor=2.0)
     try:
         report = run_demo(settings_for(tmp_path, operator_kubeconfig), Console(), loop_bed, job, slowdown)

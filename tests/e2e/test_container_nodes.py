@@ -16,6 +16,7 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from tests.beds import bed_of
 from tests.operator.live import Jobs, OperatorProcess, jobs_in, wait_for
 from tests.ship.kernel_view import kernel_view
 
@@ -23,7 +24,6 @@ from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.container_store import Engine
 from hetero_operator.testbed.containers import container_name
 from hetero_operator.testbed.nodes import FakeNode, NodeList
-from hetero_operator.testbed.versions import REPO_ROOT
 from hetero_runtime.checkpoint import latest_checkpoint, load
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -62,13 +62,8 @@ raise SystemExit(3)
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """This module's own test bed (in place of the shared one): its only nodes run pods as containers."""
-    bed = Testbed(tmp_path_factory.mktemp("container-bed"))
-    try:
-        bed.up(NODES)
-        bed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
+    with bed_of(tmp_path_factory.mktemp("container-bed"), NODES) as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 def pod(name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:

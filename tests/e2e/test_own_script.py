@@ -2,10 +2,13 @@
 SCRIPT` on three local process nodes of speeds 1, 0.5 and 0.25. The plain DDP script trains with an
 even split; its port trains with the plan the operator published (split by the classes' priors); the
 port under a non-data strategy fails with the message that names the fix when `heterotrain worker --`
-launches it, and trains under `dreamddp` and `esync` when it is the pod's command itself."""
+launches it, and trains under `dreamddp` and `esync` when it is the pod's command itself. A port whose
+ranks scale their losses differently is stopped by the divergence guard: Failed, reason Diverged, in
+the job's conditions, its events and `kubectl describe`, and not restarted."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +100,35 @@ def test_own_scripts_run_in_the_operators_pods(bed: Testbed, tmp_path: Path) -> 
     assert refused.phase("dream") == "Failed"
     dream_run = worker_run(bed, namespace, "dream", 0, 0)
     assert dream_run is not None and "spec.parallelism.strategy: data" in dream_run.log
+
+
+# The port with mixed precision on rank 1 only (bf16 autocast and a GradScaler), as a script that picks
+# its AMP per GPU might: rank 1's gradient carries the loss scale, the others' do not.
+AMP_ON_RANK_ONE = (
+    "import os, runpy, sys; "
+    f"sys.argv = ['train', '--epochs', '{EPOCHS}'] + (['--amp'] if os.environ['RANK'] == '1' else []); "
+    f"runpy.run_module('{ported_example.__name__}', run_name='__main__')"
+)
+
+
+def test_ranks_whose_losses_carry_different_scales_fail_the_job_as_diverged(
+    bed: Testbed, tmp_path: Path
+) -> None:
+    with operator_on_a_namespace(bed, tmp_path, "own-diverged") as (namespace, cluster):
+        job = script_job("mixed", namespace, ported_example.__name__)
+        job["spec"]["command"] = ["heterotrain", "worker", "--", "python", "-c", AMP_ON_RANK_ONE]
+        job["spec"]["restartPolicy"] = {"maxRestarts": 2, "backoffSeconds": 0}
+        final = run_to_end(cluster, job)
+        described = bed.kubectl("describe", "htj", "mixed", "-n", namespace).stdout
+        events = bed.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert final.phase("mixed") == "Failed", worker_run(bed, namespace, "mixed", 0, 0)
+    assert status(final.jobs["mixed"]).get("restarts", 0) == 0  # two were allowed: none was taken
+    failed = next(c for c in status(final.jobs["mixed"])["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "Diverged", failed
+    assert "the parameters of rank 1 differ from rank 0's after step 1 (epoch 0)" in failed["message"], failed
+    assert "Diverged" in described and "rank 1 differ from rank 0's" in described, described
+    reasons = [e["reason"] for e in json.loads(events)["items"] if e["involvedObject"]["name"] == "mixed"]
+    assert "Diverged" in reasons, reasons
 
 
 def last_accuracy(log: str) -> float:

@@ -24,7 +24,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from tests.gpu.devices import gpus, need_gpus
+from tests.runtime.scripts.precision_case import RANK_PRECISIONS, reference_parameters
 from tests.runtime.spawn import run_ranks
+from tests.runtime.test_mixed_precision_jobs import assert_one_exact_model, run_loop
 from torch import nn
 
 from hetero_operator.plan import Precision, Strategy
@@ -132,3 +134,16 @@ def test_auto_picks_bf16_where_the_gpu_has_it_and_autocasts_to_it() -> None:
     assert out.dtype == torch.bfloat16 and model.weight.dtype == torch.float32
     out.float().sum().backward()
     assert model.weight.grad is not None and model.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("loop", ["runtime", "wrapper"])
+def test_ranks_in_three_formats_on_one_gpu_train_one_exact_model(tmp_path: Path, loop: str) -> None:
+    """The mixed-precision case of tests/runtime/test_mixed_precision_jobs.py on the device: three
+    ranks on cuda:0 over gloo, computing in fp32, bf16 (a GPU with bf16, as the H100 and H200 are)
+    and fp16 under the job-wide loss scale, against one process in float64 on the CPU."""
+    if not device_has_bf16(torch.device("cuda:0")):
+        pytest.skip("needs a GPU with bf16 (compute capability 8.0 or later) for the bf16 rank")
+    device = {"HETEROTRAIN_DEVICE": "cuda:0", "HETEROTRAIN_DIST_BACKEND": "gloo"}
+    results = run_loop(loop, tmp_path, "HETEROTRAIN_PRECISION", RANK_PRECISIONS, device)
+    print(f"{loop} on {torch.cuda.get_device_name(0)}: parameters of rank 0 {results[0]['parameters'][:4]}")
+    assert_one_exact_model(results, reference_parameters())

@@ -181,6 +181,41 @@ def test_a_non_retryable_exit_code_fails_the_job_at_once() -> None:
     assert failed.message.startswith("worker pod train-g0-w1 exited with code 42")
 
 
+def test_a_worker_that_diverged_fails_the_job_with_its_message_and_no_restart() -> None:
+    """The runtime's divergence guard ends every rank with DIVERGED_EXIT_CODE and says why in the
+    termination message; the job fails at once (a restart would diverge again), whatever restarts are
+    left and whether or not the code is listed, even when another rank's pod failed first."""
+    said = "Diverged: the parameters of rank 1 differ from rank 0's after step 1 (epoch 0)"
+    pods = [
+        pod("train-g0-w0", "Failed", node="node-a", rank=0, exit_code=1),
+        pod("train-g0-w1", "Failed", node="node-b", rank=1, exit_code=86, termination_message=said),
+        pod("train-g0-w2", "Running", node="node-b", rank=2),
+    ]
+    step = step_at(status_in(Phase.RUNNING), pods, NOW, restartPolicy={"maxRestarts": 5})
+    assert step.status.phase is Phase.FAILED and step.status.restarts == 0 and not step.restarted
+    failed = condition(step.status, ConditionType.FAILED)
+    assert failed is not None and failed.reason == "Diverged"
+    assert failed.message == (
+        "worker pod train-g0-w1 stopped training: the parameters of rank 1 differ from rank 0's after "
+        "step 1 (epoch 0); not restarted"
+    )
+    assert [(e.type, e.reason) for e in step.events] == [("Warning", "Diverged")]
+    assert step.delete_pods == ("train-g0-w2",)
+
+
+def test_pod_facts_keep_the_termination_message() -> None:
+    terminated = {"exitCode": 86, "reason": "Error", "message": "Diverged: non-finite loss nan at step 7\n"}
+    body = {
+        "metadata": {"name": "train-g0-w1", "namespace": "team"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"name": "w", "state": {"terminated": terminated}}],
+        },
+    }
+    facts = PodFacts.from_body(body)
+    assert (facts.exit_code, facts.termination_message) == (86, "Diverged: non-finite loss nan at step 7")
+
+
 def test_other_exit_codes_still_restart() -> None:
     pods = [
         pod("train-g0-w0", node="node-a", rank=0),

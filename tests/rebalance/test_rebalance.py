@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hetero_operator import metric_names as names
-from hetero_operator.plan import Plan, SESGDParams, Strategy
+from hetero_operator.plan import ESyncParams, Plan, SESGDParams, Strategy
 from hetero_operator.rebalance import promql
 from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide
 from hetero_operator.rebalance.history import record, split_balance
@@ -111,6 +111,16 @@ def test_pipelines_keep_their_split() -> None:
         workers=tuple(WorkerMeasurement(r, 10, 0.1, 0.05, 0.01, 0.2) for r in range(2)),
     )
     assert decide(plan, {}, policy(), measured, apply_at_epoch=2).plan is None
+
+
+def test_esync_keeps_every_workers_batch_equal() -> None:
+    """ESync's workers take the same batch by design; a faster one takes more local steps. The same
+    uneven speeds that re-split a data plan leave an esync plan as it is."""
+    plan = EVEN.model_copy(update={"strategy": Strategy.ESYNC, "esync": ESyncParams()})
+    history = record({}, simulate(plan), plan)
+    assert decide(EVEN, record({}, simulate(EVEN), EVEN), policy(), simulate(EVEN), 2).plan is not None
+    decision = decide(plan, history, policy(), simulate(plan), apply_at_epoch=2)
+    assert decision.plan is None and "local steps" in decision.reason
 
 
 def test_sesgd_plans_keep_their_parameters_when_rebalanced() -> None:

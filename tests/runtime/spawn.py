@@ -15,7 +15,7 @@ from hetero_runtime.local import free_port
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def run_ranks(
+def start_ranks(
     script: str,
     world: int,
     out_dir: Path,
@@ -23,10 +23,10 @@ def run_ranks(
     extra_env: dict[str, str] | None = None,
     rank_env: Callable[[int], dict[str, str]] | None = None,
     args: list[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Start `world` copies of scripts/`script` (or of `script` itself, given as an absolute path) with
-    `args`; each writes out_dir/rank-N.json. Returns those.
-    `rank_env(rank)`: variables for one rank only (a volume only rank 0 mounts, say)."""
+) -> list[tuple[int, str]]:
+    """Run `world` copies of scripts/`script` (or of `script` itself, given as an absolute path) with
+    `args` to their end; every rank's (exit code, output). `rank_env(rank)`: variables for one rank
+    only (a volume only rank 0 mounts, say)."""
     port = free_port()
     processes = []
     try:
@@ -59,6 +59,13 @@ def run_ranks(
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    for rank, (p, output) in enumerate(zip(processes, outputs, strict=True)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{output}"
+    return [(p.returncode, output) for p, output in zip(processes, outputs, strict=True)]
+
+
+def run_ranks(script: str, world: int, out_dir: Path, *args: Any, **options: Any) -> list[dict[str, Any]]:
+    """`start_ranks` (the same arguments), each rank succeeding and writing out_dir/rank-N.json.
+    Returns those."""
+    ended = start_ranks(script, world, out_dir, *args, **options)
+    for rank, (code, output) in enumerate(ended):
+        assert code == 0, f"rank {rank} failed ({code}):\n{output}"
     return [json.loads((out_dir / f"rank-{rank}.json").read_text()) for rank in range(world)]

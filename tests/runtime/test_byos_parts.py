@@ -22,7 +22,9 @@ from hetero_runtime.device import Placement
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.plan_refusals import own_shuffle_refusal, strategy_refusal, unmodified_script_refusal
+from hetero_runtime.precision import RankFacts
 from hetero_runtime.simulate import SpeedSimulator
+from hetero_runtime.stopping import StopRequests
 from hetero_runtime.torchrun_env import torchrun_environment
 from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Session, WrapperError
 from hetero_runtime.wrap.buckets import BucketedAllReduce, bucket_layout
@@ -211,7 +213,13 @@ STOP_AFTER_STEPS = 5  # of epoch 1: the interrupted run saves there, mid-epoch
 def session(tmp_path: Path) -> Session:
     env = parse_worker_env({"HETEROTRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt")})
     return Session(
-        env, Placement(torch.device("cpu"), "gloo"), WorkerMetrics("t", 0, "cpu"), SpeedSimulator(None), None
+        env,
+        Placement(torch.device("cpu"), "gloo"),
+        WorkerMetrics("t", 0, "cpu"),
+        SpeedSimulator(None),
+        None,
+        StopRequests(),
+        (RankFacts("cpu", True),),
     )
 
 

@@ -115,13 +115,18 @@ def test_esync_through_the_wrapper_gives_the_faster_ranks_more_local_steps(tmp_p
 def test_step_end_averaging_follows_the_strategies_schedules(tmp_path: Path) -> None:
     results = run_ranks("byos_averaging.py", 4, tmp_path, timeout=60)
     # Rank r starts with every parameter equal to 2**r: any two groups of two differ in their mean.
+    # sesgd weighs each replica by its samples (4/1/2/1); dreamddp averages every rank alike.
+    sizes = [4, 1, 2, 1]
+    weighted = sum(b * 2.0**r for r, b in enumerate(sizes)) / sum(sizes)
     mean = sum(2.0**r for r in range(4)) / 4
     for rank, result in enumerate(results):
         step = result["sesgd_step"]
-        assert step["got"] == pytest.approx([step["group_mean"]] * 2)
-        assert result["sesgd_epoch_end"] == pytest.approx([mean, mean])
+        members = step["members"]
+        group_mean = sum(sizes[m] * 2.0**m for m in members) / sum(sizes[m] for m in members)
+        assert rank in members and step["got"] == pytest.approx([group_mean] * 2)
+        assert result["sesgd_epoch_end"] == pytest.approx([weighted, weighted])
         # Phase 0 averages the input-side layer only; phase 1 then the output side.
         assert result["dreamddp_phase_0"] == pytest.approx([2.0**rank, mean])
         assert result["dreamddp_phase_1"] == pytest.approx([mean, mean])
     # Groups of two differ between them: the step's averaging stayed inside each group.
-    assert len({r["sesgd_step"]["group_mean"] for r in results}) == 2
+    assert len({tuple(r["sesgd_step"]["got"]) for r in results}) == 2

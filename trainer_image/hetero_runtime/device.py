@@ -54,6 +54,26 @@ class Placement:
         return self.device.type == "cuda"
 
 
+class PlacedRank:
+    """What a worker's rank, world and device come from, for the classes that hold both (the worker
+    session, the strategies' context)."""
+
+    env: WorkerEnv
+    placement: Placement
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+
 def place_worker(env: WorkerEnv) -> Placement:
     """The device and backend of this worker; makes the GPU current (NCCL and object collectives use it)."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -6,7 +6,9 @@ times its compute per sample while the others wait (`calibrate_solo`), and every
 slowest rank's figure, so all of them simulate the same base device. A compute segment is then
 stretched, by sleeping, to (its samples × that per-sample cost) ÷ s. It is not stretched to its own
 CPU time ÷ s: extra CPU time from cold caches or a busy host would be multiplied by 1/s, and the
-simulated speeds would drift from the claimed ones without anything noticing.
+simulated speeds would drift from the claimed ones without anything noticing. A script's own loop
+(the wrapper's), which the runtime cannot calibrate ahead, is paced the same way, to its samples times
+the slowest rank's median time per sample over its recent steps (`RecentPace`).
 
 A segment that the host made slower than its target overruns it; the overrun is counted, so a run
 can tell (and report) that the speeds it claims were not met.
@@ -17,8 +19,9 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -126,3 +129,40 @@ def per_sample_seconds(run: Callable[[], None], samples: int, repeats: int = CAL
         run()
         times.append(time.perf_counter() - started)
     return statistics.median(times) / samples
+
+
+RECENT_STEPS = 50
+
+
+@dataclass
+class RecentPace:
+    """The base device for a loop the runtime does not own (a script's, through the wrapper), which it
+    cannot calibrate ahead: the median compute time per sample of this rank's recent steps, its pace
+    for the work; where the ranks share their paces at every step (the `data` strategy's all-reduce
+    carries them), the slowest rank's, so that every rank simulates the same base device, as the
+    runtime's own loop takes the slowest rank's calibrated figure. A step's work at full speed is its
+    samples times that; a simulated slower device is paced to it over its speed, not to each step's
+    own time over it, which would multiply the host's noise by 1/speed (four times on a rank at
+    0.25), and a lasting change of the host's pace reaches it within the window."""
+
+    window: int = RECENT_STEPS
+    common: float = 0.0  # the slowest rank's pace, as the ranks last shared them (0: not shared)
+    _per_sample: deque[float] = field(default_factory=deque)
+
+    @property
+    def per_sample(self) -> float:
+        """This rank's recent pace, in seconds per sample (0 before its first step)."""
+        return statistics.median(self._per_sample) if self._per_sample else 0.0
+
+    def share(self, paces: Sequence[float]) -> None:
+        """Every rank's pace, as the ranks exchanged them."""
+        self.common = max(paces, default=0.0)
+
+    def full_speed_seconds(self, samples: int, measured: float) -> float:
+        """Record a step of `samples` samples that took `measured` seconds; its work at full speed."""
+        if samples < 1:
+            return measured  # a stand-in sample: nothing to learn from, nothing to pace
+        self._per_sample.append(measured / samples)
+        while len(self._per_sample) > self.window:
+            self._per_sample.popleft()
+        return samples * (self.common or self.per_sample)

@@ -6,7 +6,6 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -15,17 +14,14 @@ import torch.distributed as dist
 from hetero_operator.plan import Plan, Strategy, even_local_batches
 from hetero_runtime import checkpoint
 from hetero_runtime.calibration import calibrate_solo
-from hetero_runtime.device import place_worker
+from hetero_runtime.divergence import DivergenceGuard
 from hetero_runtime.launcher import WorkerEnv
-from hetero_runtime.metrics import WorkerMetrics
-from hetero_runtime.plan_client import PlanTracker, plan_source_from_spec
-from hetero_runtime.precision import mixed_precision
 from hetero_runtime.progress import emit_progress
 from hetero_runtime.sampler import SamplerPosition, UnevenBatchSampler
-from hetero_runtime.simulate import SpeedSimulator
-from hetero_runtime.stopping import STOPPED_EXIT_CODE, StopRequests, agree
+from hetero_runtime.stopping import STOPPED_EXIT_CODE, agree
 from hetero_runtime.strategies import build_strategy
-from hetero_runtime.strategies.base import EpochStats, EvaluateFn, TrainingStrategy, WorkerContext
+from hetero_runtime.strategies.base import EpochStats, EvaluateFn, TrainingStrategy, WorkerContext, trainable
+from hetero_runtime.worker_session import WorkerSession
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +80,6 @@ class WorkerStopped(SystemExit):
         self.reason = reason
 
 
-def _broadcast_object(value: Any, world_size: int) -> Any:
-    if world_size == 1:
-        return value
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]
-
-
 def default_plan(world_size: int, global_batch: int, strategy: Strategy) -> Plan:
     """Even split when no plan source is configured (a single process or a quick local run)."""
     return Plan(
@@ -118,51 +106,32 @@ class Trainer:
         self.epochs = env.epochs or epochs
         self.fallback = default_plan(env.world_size, global_batch, strategy)
         self.evaluate = evaluate
-        placement = place_worker(env)
-        model = ctx_parts["model"]
-        model.to(placement.device)  # in place: the optimizer's parameters are the same objects
-        metrics = WorkerMetrics(env.job_name, env.rank, env.gpu_class)
-        simulator = SpeedSimulator(env.simulated_speed, env.simulated_speed_file)
-        metrics.set_simulated_speed(simulator.speed)
-        self.ctx = WorkerContext(
-            env=env,
-            metrics=metrics,
-            simulator=simulator,
-            sampler=UnevenBatchSampler(len(ctx_parts["dataset"]), env.rank, env.seed),
-            placement=placement,
-            stop=StopRequests(env.annotations_file),
-            **ctx_parts,
-        )
+        self.ctx_parts = ctx_parts
         self.strategy_options = strategy_options
 
     def run(self) -> TrainingResult:
-        env, placement = self.env, self.ctx.placement
-        self.ctx.stop.install_signal_handler()
-        if env.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group(
-                placement.backend,
-                init_method=env.init_method,
-                rank=env.rank,
-                world_size=env.world_size,
-                timeout=timedelta(seconds=120),
-                device_id=placement.device if placement.backend == "nccl" else None,
-            )
+        session = WorkerSession.open(self.env)
+        session.stop.install_signal_handler()
+        self.session = session
+        model = self.ctx_parts["model"]
+        model.to(session.device)  # in place: the optimizer's parameters are the same objects
+        self.ctx = WorkerContext(
+            env=self.env,
+            metrics=session.metrics,
+            simulator=session.simulator,
+            sampler=UnevenBatchSampler(len(self.ctx_parts["dataset"]), self.env.rank, self.env.seed),
+            placement=session.placement,
+            stop=session.stop,
+            guard=DivergenceGuard(trainable(model), self.env.world_size, session.device),
+            **self.ctx_parts,
+        )
         try:
             return self._train()
         finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            session.close(together=False)  # a failed peer may never reach a barrier
 
     def _train(self) -> TrainingResult:
         env, ctx = self.env, self.ctx
-        ctx.simulator.announce(env.rank)
-        if env.metrics_port is not None:
-            # Each pod has its own address; binding to it lets pods share a host without port clashes.
-            ctx.metrics.serve(env.metrics_port, addr=env.pod_ip or "0.0.0.0")
-        tracker = None
-        if env.rank == 0 and env.plan_source is not None:
-            tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
-
         resumed = self._load_checkpoint()
         start_epoch, position = 0, SamplerPosition(0, 0)
         plan: Plan | None = None
@@ -174,11 +143,10 @@ class Trainer:
             if saved_plan.fits_world(env.world_size) is None:
                 plan = saved_plan
             history = [(int(epoch), int(version)) for epoch, version in resumed["plan_history"]]
-            if tracker is not None:
-                tracker.current = plan
-        plan = self._plan_for_epoch(tracker, plan, start_epoch)
-        # Precision depends on the strategy the plan runs (loss scaling only where steps synchronise).
-        ctx.amp = mixed_precision(env.precision, ctx.device, plan.strategy)
+            self.session.keep_plan(plan)
+        plan = self.session.agreed_plan(start_epoch, plan, self.fallback)
+        # The job's precision depends on the strategy the plan runs (see `precision`).
+        ctx.amp = self.session.mixed_precision(plan.strategy)
         strategy = build_strategy(plan.strategy, ctx, self.strategy_options)
         if ctx.simulator.active:
             ctx.costs = calibrate_solo(strategy, plan, ctx)
@@ -190,7 +158,7 @@ class Trainer:
 
         reports: list[EpochReport] = []
         try:
-            stopped_at = self._epochs(strategy, plan, start_epoch, position, history, tracker, reports)
+            stopped_at = self._epochs(strategy, plan, start_epoch, position, history, reports)
             if env.world_size > 1:
                 # Rank 0 stops the strategy's side services (ESync's state service, HetPipe's parameter
                 # server) in close(): a slower rank may still be sending its last message to them.
@@ -224,14 +192,13 @@ class Trainer:
         start_epoch: int,
         position: SamplerPosition,
         history: list[tuple[int, int]],
-        tracker: PlanTracker | None,
         reports: list[EpochReport],
     ) -> SamplerPosition | None:
         """Train the remaining epochs into `reports`; the position stopped at, if a stop was agreed."""
         env, ctx = self.env, self.ctx
         for epoch in range(start_epoch, self.epochs):
             if epoch > start_epoch:
-                new_plan = self._plan_for_epoch(tracker, plan, epoch)
+                new_plan = self.session.agreed_plan(epoch, plan, self.fallback)
                 if new_plan.version != plan.version:
                     plan = new_plan
                     strategy.apply_plan(plan)
@@ -241,6 +208,8 @@ class Trainer:
             ctx.metrics.set_epoch(epoch)
             ctx.metrics.set_plan_version(plan.version)
             stats = strategy.run_epoch(position, plan)
+            if ctx.guard is not None and stats.stopped_at is None:
+                ctx.guard.at_epoch_end(epoch)  # after the strategy's averaging: one model on every rank
             if stats.stopped_at is not None:
                 reports.append(self._report(epoch, plan, stats, {}))
                 self._stop(strategy, Reached(epoch, stats.stopped_at, plan, history), stats.steps)
@@ -281,22 +250,6 @@ class Trainer:
         )
         if self.env.world_size > 1:
             dist.barrier()  # nobody tears the process group down while rank 0 still writes
-
-    def _plan_for_epoch(self, tracker: PlanTracker | None, current: Plan | None, epoch: int) -> Plan:
-        """Rank 0 reads the newest plan; every rank receives the same one."""
-        text = None
-        if self.env.rank == 0:
-            chosen = tracker.plan_for_epoch(epoch) if tracker is not None else current
-            if chosen is None:
-                chosen = current or self.fallback
-                if tracker is not None:
-                    tracker.current = chosen
-                    log.warning("no valid plan from the source; running plan version %d", chosen.version)
-                else:
-                    log.info("no plan source configured; running an even split of %d", chosen.global_batch)
-            text = chosen.to_json()
-        text = _broadcast_object(text, self.env.world_size)
-        return Plan.from_json(text)
 
     def _evaluate(self, strategy: TrainingStrategy) -> dict[str, float]:
         model = strategy.evaluation_model()

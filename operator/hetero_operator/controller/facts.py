@@ -138,6 +138,7 @@ class PodFacts:
     generation: int | None = None
     rank: int | None = None
     exit_code: int | None = None
+    termination_message: str = ""  # what the finished container wrote at its terminationMessagePath
     deleting: bool = False
     checkpoint_requested: bool = False
     created_at: float | None = None
@@ -172,6 +173,7 @@ class PodFacts:
             generation=_label_int(labels, names.LABEL_GENERATION),
             rank=_label_int(labels, names.LABEL_RANK),
             exit_code=_exit_code(status),
+            termination_message=_termination_message(status),
             deleting=metadata.get("deletionTimestamp") is not None,
             checkpoint_requested=names.CHECKPOINT_REQUESTED_ANNOTATION in annotations,
             created_at=timestamp(metadata.get("creationTimestamp")),
@@ -191,6 +193,17 @@ def _exit_code(status: Mapping[str, Any]) -> int | None:
         if terminated is not None:
             return int(terminated.get("exitCode", 0))
     return None
+
+
+MAX_TERMINATION_MESSAGE = 1024
+
+
+def _termination_message(status: Mapping[str, Any]) -> str:
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return str(terminated.get("message") or "").strip()[:MAX_TERMINATION_MESSAGE]
+    return ""
 
 
 MAX_WAITING_MESSAGE = 200

@@ -8,6 +8,9 @@ job, its pods and the time.
 - spec.activeDeadlineSeconds, from status.startedAt (the first placement): Failed, DeadlineExceeded.
 - spec.ttlSecondsAfterFinished, from status.finishedAt: the job object is deleted.
 - restartPolicy.nonRetryableExitCodes: a worker ending with one fails the job at once.
+- A worker ending with DIVERGED_EXIT_CODE (its ranks' replicas diverged, or its loss or parameters
+  became non-finite) fails the job at once, reason Diverged, with the worker's termination message:
+  a restart from the last checkpoint would run into the same failure.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from hetero_operator.controller.facts import PodFacts
 from hetero_operator.controller.job_conditions import ConditionType, condition, is_true, set_condition
 from hetero_operator.controller.lifecycle_step import JobEvent, LifecycleConfig, Observation, Step
 from hetero_operator.controller.transitions import HOLDING_PHASES, TERMINAL_PHASES, released
+from hetero_operator.plan import DIVERGED_EXIT_CODE
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, Phase
 
 START_TIMEOUT = "StartTimeout"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"
+DIVERGED = "Diverged"
 SOONEST_WAKE = 0.5
 
 
@@ -82,7 +87,15 @@ def failed(seen: Observation, status: HeteroTrainJobStatus, reason: str, message
 def fatal_exit(
     seen: Observation, status: HeteroTrainJobStatus, failed_pods: Sequence[PodFacts]
 ) -> Step | None:
-    """Failed at once when a failed worker's exit code is one of restartPolicy.nonRetryableExitCodes."""
+    """Failed at once when a failed worker diverged, or its exit code is one of
+    restartPolicy.nonRetryableExitCodes."""
+    diverged = next((p for p in failed_pods if p.exit_code == DIVERGED_EXIT_CODE), None)
+    if diverged is not None:
+        said = diverged.termination_message or "its replicas diverged or its numbers became non-finite"
+        message = (
+            f"worker pod {diverged.name} stopped training: {said.removeprefix('Diverged: ')}; not restarted"
+        )
+        return failed(seen, status, DIVERGED, message)
     codes = set(seen.job.spec.restart_policy.non_retryable_exit_codes)
     pod = next((p for p in failed_pods if p.exit_code in codes), None)
     if pod is None:

@@ -29,8 +29,14 @@ from hetero_operator.resources import HeteroTrainJobSpec
 
 # When the fitted model misjudges the plan just measured by more than this, it is not trusted.
 MAX_MODEL_ERROR = 0.25
-# Strategies whose plan is a per-rank batch split the rebalancer can change between epochs.
-SPLIT_STRATEGIES = frozenset({Strategy.DATA, Strategy.ESYNC, Strategy.DREAMDDP, Strategy.SESGD})
+# Strategies whose plan is a per-rank batch split the rebalancer can change between epochs. Not esync,
+# whose workers all take the same batch by design (their speed shows in their local steps per round),
+# nor hetpipe, whose stage cuts are re-planned instead (`stage_cuts`).
+SPLIT_STRATEGIES = frozenset({Strategy.DATA, Strategy.DREAMDDP, Strategy.SESGD})
+KEPT_SPLITS = {
+    Strategy.ESYNC: "strategy esync keeps every worker's batch equal: its speed shows in its local steps",
+    Strategy.HETPIPE: "strategy hetpipe keeps its split: its stage cuts follow the measured layer costs",
+}
 
 
 @dataclass(frozen=True)
@@ -131,9 +137,8 @@ def decide(
     """The next plan, written only when its predicted gain reaches `policy.min_improvement`."""
     measured_s = measured_iteration_seconds(measured)
     if current.strategy not in SPLIT_STRATEGIES:
-        return RebalanceDecision(
-            None, f"strategy {current.strategy.value} keeps its split", "none", measured_s
-        )
+        reason = KEPT_SPLITS.get(current.strategy, f"strategy {current.strategy.value} keeps its split")
+        return RebalanceDecision(None, reason, "none", measured_s)
     workers = _worker_specs(current, policy)
     usable = well_spread(at_latest_pace(history))
     try:

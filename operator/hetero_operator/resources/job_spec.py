@@ -397,9 +397,14 @@ class HeteroTrainJobSpec(WireModel):
     ttl_seconds_after_finished: TtlSecondsAfterFinished = None
     precision: Precision = Field(
         default=Precision.AUTO,
-        description="Arithmetic of the forward and backward passes: auto (each worker picks from its own "
-        "GPU: bf16 where it has bf16, such as A100 or H100; fp16 with loss scaling where it has not, such "
-        "as V100 or T4, with the data strategy, else fp32; fp32 on CPUs), fp32, bf16 or fp16.",
+        description="Arithmetic of the forward and backward passes, as one contract for the whole job. "
+        "auto: each worker picks from its own device (bf16 on a GPU with bf16, such as A100 or H100; fp16 "
+        "on one without, such as V100 or T4, under the data strategy, else fp32; fp32 on CPUs), and when "
+        "any worker computes in fp16 every worker scales its loss by one job-wide loss scale, so that "
+        "the ranks' gradients carry the same scale and an overflow is skipped by every rank together; "
+        "hetpipe computes in one format on every worker (bf16 if all have it, else fp32). fp32, bf16 or "
+        "fp16 ask every worker for that format (fp16 only under the data strategy). A script of your "
+        "own gets this through heterotrain.autocast() and heterotrain.GradScaler().",
     )
     worker_resources: WorkerResources = Field(
         default_factory=WorkerResources,

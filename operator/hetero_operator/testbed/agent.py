@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from hetero_operator.plan import SIMULATED_SPEED_FILE_ENV
+from hetero_operator.plan import SIMULATED_SPEED_FILE_ENV, TERMINATION_LOG_ENV
 from hetero_operator.testbed import pod_status, pod_volumes, processes
 from hetero_operator.testbed.container_node import ContainerNode
 from hetero_operator.testbed.containers import ContainerConfigError
@@ -45,6 +45,7 @@ from hetero_operator.testbed.local_pods import (
 )
 from hetero_operator.testbed.node_heartbeat import NodeHeartbeat
 from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, LOCAL_RUNTIME_LABEL
+from hetero_operator.testbed.termination import new_termination_log, termination_message
 
 log = logging.getLogger("heterotrain.agent")
 POLL_SECONDS = 0.3
@@ -77,6 +78,7 @@ class RunningPod:
     node: str = ""
     speed_file: Path | None = None  # a process pod's simulated speed, re-read by its worker
     base_speed: float = 1.0  # its class's simulated speed, before its node's slowdown
+    termination_log: Path | None = None  # the file behind the container's terminationMessagePath
 
 
 class Agent:
@@ -216,7 +218,7 @@ class Agent:
             self._report_running(pod, running)
         if code is not None and not running.finished:
             running.finished = True
-            self._report_exit(pod, code, None, running.started_at)
+            self._report_exit(pod, code, termination_message(running.termination_log), running.started_at)
 
     def _start(
         self,
@@ -240,18 +242,23 @@ class Agent:
         relative = speed_for_node(labels, classes)
         speed = None if relative is None else relative * self.speed_scale
         port_map = self._master_port_map(pod_dict, dns)
+        running.termination_log = new_termination_log(running.directory)
         try:
             if labels.get(LOCAL_RUNTIME_LABEL) == CONTAINER_RUNTIME:
                 env = pod_env(pod_dict, running.ip, *stores, dns, speed, port_map)
                 if self.containers is None:
                     self.containers = ContainerNode(self.root)
-                launch = self.containers.launch(pod_dict, running.directory, volume_dirs, env, dns)
+                launch = self.containers.launch(
+                    pod_dict, running.directory, volume_dirs, env, dns, running.termination_log
+                )
                 (argv, process_env, cwd), running.in_container = launch, True
             else:
                 plan = process_plan(
                     pod_dict, running.ip, running.directory, volume_dirs, *stores, dns, speed, port_map
                 )
                 argv, process_env, cwd = plan.argv, plan.env, plan.cwd
+                # A process cannot have the file mounted at its container path: it is told where it is.
+                process_env = {**process_env, TERMINATION_LOG_ENV: str(running.termination_log)}
                 if speed is not None:
                     running.node, running.base_speed = pod.spec.node_name, speed
                     running.speed_file = running.directory / "simulated-speed"

@@ -80,6 +80,7 @@ class ContainerNode:
         volume_dirs: dict[str, Path],
         env: dict[str, str],
         dns: Mapping[str, str],
+        termination_log: Path | None = None,
     ) -> tuple[list[str], dict[str, str], Path]:
         """The argv, environment and working directory of `podman run` for the pod's container;
         ContainerConfigError when it cannot start (yet)."""
@@ -101,6 +102,7 @@ class ContainerNode:
             limits=tuple(ulimit_args()),
             agent_root=self.agent_root,
             image_user=self.image_users[image],
+            termination_log=termination_log,
         )
         argv = ["podman", *run_argv(pod, container, spec)]
         prepare_volumes(pod, volume_dirs)

@@ -178,6 +178,17 @@ def volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], dirs: Mapp
     return args
 
 
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+def termination_log_args(container: Mapping[str, Any], host_file: Path | None) -> list[str]:
+    """The container's terminationMessagePath as a bind mount of a host file, as a kubelet mounts it."""
+    if host_file is None:
+        return []
+    target = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+    return [f"--mount=type=bind,source={host_file},destination={target}"]
+
+
 def command_args(container: Mapping[str, Any], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """(entrypoint options, arguments after the image): `command` replaces the image's ENTRYPOINT
     (and drops its CMD), `args` replace its CMD."""
@@ -204,6 +215,7 @@ class RunSpec:
     limits: tuple[str, ...]
     agent_root: str
     image_user: str
+    termination_log: Path | None = None  # mounted at the container's terminationMessagePath
 
 
 def run_argv(pod: Mapping[str, Any], container: Mapping[str, Any], spec: RunSpec) -> list[str]:
@@ -227,6 +239,7 @@ def run_argv(pod: Mapping[str, Any], container: Mapping[str, Any], spec: RunSpec
         *spec.limits,
         *security_args(security),
         *volume_args(pod, container, spec.volume_dirs),
+        *termination_log_args(container, spec.termination_log),
         *(f"--add-host={name}:{ip}" for name, ip in sorted(spec.hosts.items())),
         *(f"--env={key}={value}" for key, value in spec.env.items()),
     ]

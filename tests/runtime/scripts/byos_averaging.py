@@ -1,6 +1,7 @@
-"""The wrapper's step-end averaging on 4 ranks, from parameters set to known per-rank values: sesgd's
-step replaces each rank's parameters by its group's mean; dreamddp's step averages only the layers of
-its phase; both epoch ends leave every rank with the mean over all ranks."""
+"""The wrapper's step-end averaging on 4 ranks, from parameters set to known per-rank values, under a plan
+that splits unevenly (4/1/2/1): sesgd's step replaces each rank's parameters by its group's mean
+weighted by samples, and its epoch end by the sample-weighted mean over all ranks; dreamddp's step
+averages only the layers of its phase."""
 
 import json
 import os
@@ -30,15 +31,15 @@ def values() -> list[float]:
     return [float(layer.weight.mean()) for layer in (model[1], model[0])]  # backward order
 
 
-base = Plan(version=1, world_size=world, global_batch=8, local_batches=[2] * world)
+base = Plan(version=1, world_size=world, global_batch=8, local_batches=[4, 1, 2, 1])
+sizes = base.local_batches
 report = {}
 sesgd = base.model_copy(update={"strategy": Strategy.SESGD, "sesgd": SESGDParams(groups=2, seed=5)})
 set_to(2.0**rank)
 averaging = averaging_for(model, sesgd, rank)
 assert averaging is not None
-averaging.after_step()
-members = GroupSchedule(world, 2, 5).members_of(0, rank)
-report["sesgd_step"] = {"got": values(), "group_mean": sum(2.0**m for m in members) / len(members)}
+averaging.after_step(sizes)
+report["sesgd_step"] = {"got": values(), "members": GroupSchedule(world, 2, 5).members_of(0, rank)}
 averaging.end_epoch()
 report["sesgd_epoch_end"] = values()
 dream = base.model_copy(
@@ -47,9 +48,9 @@ dream = base.model_copy(
 set_to(2.0**rank)
 averaging = averaging_for(model, dream, rank)
 assert averaging is not None
-averaging.after_step()  # phase 0: the input-side layer only
+averaging.after_step(sizes)  # phase 0: the input-side layer only
 report["dreamddp_phase_0"] = values()
-averaging.after_step()  # phase 1: the output-side layer
+averaging.after_step(sizes)  # phase 1: the output-side layer
 report["dreamddp_phase_1"] = values()
 Path(os.environ["OUT_DIR"], f"rank-{rank}.json").write_text(json.dumps(report))
 leave()

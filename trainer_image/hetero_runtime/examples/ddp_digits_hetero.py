@@ -75,6 +75,7 @@ def accuracy(model: nn.Module, test: TensorDataset, device: torch.device) -> flo
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--passes", type=int, default=1, help="passes over the training set per epoch")
     parser.add_argument("--batch-size", type=int, default=64, help="global batch, over all ranks")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
@@ -87,12 +88,15 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    # OMP_NUM_THREADS when given (torchrun sets 1 for several processes), else a share of the cores.
+    shared = max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"]))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or shared))
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     heterotrain.init()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     train, test = digits()
+    train = TensorDataset(*(t.repeat(args.passes, *[1] * (t.dim() - 1)) for t in train.tensors))
     model = heterotrain.HeteroModel(build_model(args.model).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.7)

@@ -15,7 +15,8 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from hetero_operator.plan import Plan, Precision
-from hetero_runtime.device import Placement, to_device
+from hetero_runtime.device import PlacedRank, Placement, to_device
+from hetero_runtime.divergence import DivergenceGuard
 from hetero_runtime.launcher import WorkerEnv
 from hetero_runtime.metrics import WorkerMetrics
 from hetero_runtime.precision import MixedPrecision
@@ -28,7 +29,7 @@ EvaluateFn = Callable[[nn.Module], dict[str, float]]
 
 
 @dataclass
-class WorkerContext:
+class WorkerContext(PlacedRank):
     env: WorkerEnv
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -43,18 +44,8 @@ class WorkerContext:
     costs: dict[str, float] = field(default_factory=dict)
     """Per-sample seconds of each compute segment on the simulated base device (calibrated solo)."""
     base_learning_rates: list[float] = field(default_factory=list)
-
-    @property
-    def rank(self) -> int:
-        return self.env.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.env.world_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.placement.device
+    guard: DivergenceGuard | None = None
+    """Checks that the replicas agree and stay finite (the Trainer sets it)."""
 
     def batch(self, indices: np.ndarray) -> Any:
         """The samples at `indices`, collated and on this worker's device."""
@@ -242,15 +233,19 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0) -> None:
             copy_from_flat(group, flat)
 
 
-def average_model(model: nn.Module, world_size: int) -> None:
-    """Replace every rank's parameters and float buffers by their mean over all ranks."""
+def average_model(model: nn.Module, world_size: int, weight: float | None = None) -> None:
+    """Replace every rank's parameters and float buffers by their mean over all ranks; `weight`: this
+    rank's weight in a weighted mean (the ranks' weights sum to 1)."""
     tensors = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
     if not tensors or world_size == 1:
         return
     with torch.no_grad():
         flat = torch.cat([t.data.reshape(-1) for t in tensors])
+        if weight is not None:
+            flat.mul_(weight)
         dist.all_reduce(flat)
-        flat.div_(world_size)
+        if weight is None:
+            flat.div_(world_size)
         copy_from_flat(tensors, flat)
 
 

@@ -9,6 +9,7 @@ vote, so a step costs no message beyond the gradients' own.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,13 +162,18 @@ class DataStrategy:
             sync_start = time.perf_counter()
             result = sync_result(self.reduce.finish(), ctx.amp.loss_scale)
             comm = time.perf_counter() - sync_start
-            if ctx.amp.step(ctx.optimizer):
+            taken = ctx.amp.step(ctx.optimizer)
+            if taken:
                 self.noise.update(estimate_noise(step.sizes, result.local_sq_norms, result.global_sq_norm))
             ctx.metrics.record_step(
                 StepRecord(compute, sync_start - t0, comm, time.perf_counter() - t0, local_batch)
             )
             ctx.metrics.set_loss(result.loss)
             totals.add(result.loss, compute, comm, local_batch)
+            if ctx.guard is not None:
+                suspects = [r for r, sq in enumerate(result.local_sq_norms) if not math.isfinite(sq)]
+                ctx.guard.record_shared_loss(result.loss, taken, position.epoch, suspects)
+                ctx.guard.after_step(position.epoch)
             if result.stop:
                 stopped_at = step.position_after
                 break

@@ -270,6 +270,9 @@ class DreamDDPStrategy:
             ctx.metrics.set_loss(loss)
             self.global_step += 1
             totals.add(loss, compute, end - backward_done, local_batch)
+            if ctx.guard is not None:
+                ctx.guard.record_loss(loss)
+                ctx.guard.after_step(position.epoch, compare=False)  # layers differ until their phase
             if stop:
                 stopped_at = step.position_after
                 break

@@ -198,6 +198,8 @@ class ESyncStrategy:
             ctx.metrics.set_loss(loss_total / ctx.world_size)
             round_steps.append(k)
             totals.add(loss_total / ctx.world_size, compute, comm, k * local_batch, steps=k)
+            if ctx.guard is not None:  # the round's loss, summed over the ranks: the same everywhere
+                ctx.guard.record_shared_loss(loss_total / ctx.world_size, True, position.epoch)
             if stops > 0 and consumed < dataset_size:
                 stopped_at = SamplerPosition(position.epoch, consumed)
                 break

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 LAYER_COST_ROUNDS = 3
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
+STAGE_COSTS_LOG = "stage costs on the simulated base device (us per sample):"
+"""Logged, then `segment=cost` pairs, whenever a rank's stage is (re)calibrated: what its compute is
+paced against (cost / its speed)."""
 _MAX_DIMS = 8
 # Activations travel in the dtype autocast gave them (bf16 under mixed precision).
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -298,6 +301,9 @@ class HetPipeStrategy:
             factor = base_device_factor(self.own_layer_costs[span], self.base_layer_costs[span])
             ctx.costs = {segment: cost * factor for segment, cost in ctx.costs.items()}
         stage.costs = dict(ctx.costs)
+        if ctx.simulator.active:
+            costs = " ".join(f"{segment}={cost * 1e6:.3f}" for segment, cost in sorted(stage.costs.items()))
+            log.info("%s %s", STAGE_COSTS_LOG, costs)
 
     def apply_plan(self, plan: Plan) -> None:
         new, old = plan.hetpipe, self.params
@@ -389,6 +395,8 @@ class HetPipeStrategy:
             loss, compute, comm, stop_after = self._wave(wave, stage, params)
             samples = sum(len(s.indices) for s in wave) if stage.place.stage == 0 else 0
             totals.add(loss / len(wave), compute, comm, samples, steps=len(wave))
+            if ctx.guard is not None:
+                ctx.guard.record_loss(loss)  # the last stage's; the epoch's end shares it
             if stop_after is not None and self.waves_done >= stop_after and first + nm < len(steps):
                 stopped_at = wave[-1].position_after
                 break

@@ -2,8 +2,12 @@
 
 Groups change every step and come from the planner's shared-seed schedule, so no rank ever sends a
 coordination message; the in-group average is a ring over point-to-point ops. Averaging parameters
-(not gradients) keeps each step's between-group differences in the local models. At each epoch end
-all replicas are averaged once so that evaluation, checkpoints and plan changes see one model.
+(not gradients) keeps each step's between-group differences in the local models. The averages are
+weighted by samples (a replica that trained on 40 samples counts four times one that trained on 10),
+so the sample-weighted mean of the replicas moves by the mean gradient over the global batch, as one
+process on that batch would; the paper's plain mean assumes equal local batches. At each epoch end all
+replicas are averaged once, by the plan's local batches, so that evaluation, checkpoints and plan
+changes see one model.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from hetero_runtime.strategies.base import (
     synchronize,
     trainable,
 )
-from hetero_runtime.strategies.group_ring import group_ring_sum
+from hetero_runtime.strategies.group_ring import weighted_group_mean
 
 VERIFY_ENV = "HETEROTRAIN_VERIFY_INVARIANTS"
 
@@ -77,17 +81,18 @@ class SESGDStrategy:
         self.schedule = GroupSchedule(plan.world_size, plan.sesgd.groups, plan.sesgd.seed)
         apply_learning_rate_scale(self.ctx, plan.learning_rate_scale)
 
-    def _average_in_group(self, members: list[int]) -> float:
-        """Replace the parameters by their group mean; returns |Δ Σ_ranks params| when verifying."""
+    def _average_in_group(self, members: list[int], sizes: list[int]) -> float:
+        """Replace the parameters by their group's sample-weighted mean; returns the relative change
+        of Σ_ranks b_i·params when verifying (0 up to rounding when every rank has samples)."""
         with torch.no_grad():
             flat = flat_parameters(self.params)
-            before = self._world_sum(flat) if self.verify else None
-            group_ring_sum(flat, members, self.ctx.rank)
-            flat.div_(len(members))
+            own = sizes[self.ctx.rank]
+            before = self._world_sum(flat * own) if self.verify else None
+            weighted_group_mean(flat, members, self.ctx.rank, sizes)
             copy_from_flat(self.params, flat)
             if before is None:
                 return 0.0
-            after = self._world_sum(flat)
+            after = self._world_sum(flat * own)
             return float((after - before).abs().max() / before.abs().max().clamp_min(1e-12))
 
     def _world_sum(self, flat: torch.Tensor) -> torch.Tensor:
@@ -120,7 +125,7 @@ class SESGDStrategy:
             sync_start = time.perf_counter()
             if ctx.world_size > 1:
                 members = self.schedule.members_of(self.global_step, ctx.rank)
-                worst_mean_drift = max(worst_mean_drift, self._average_in_group(members))
+                worst_mean_drift = max(worst_mean_drift, self._average_in_group(members, step.sizes))
             stop = vote.cast(ctx.stop.requested())
             comm = time.perf_counter() - sync_start
             self.global_step += 1
@@ -130,11 +135,14 @@ class SESGDStrategy:
             step_loss = float(loss.detach())
             ctx.metrics.set_loss(step_loss)
             totals.add(step_loss, compute, comm, local_batch)
+            if ctx.guard is not None:
+                ctx.guard.record_loss(step_loss)
+                ctx.guard.after_step(position.epoch, compare=False)  # groups differ until the epoch ends
             if stop:
                 stopped_at = step.position_after
                 break
         vote.settle()
-        average_model(ctx.model, ctx.world_size)
+        average_model(ctx.model, ctx.world_size, plan.local_batches[ctx.rank] / plan.global_batch)
         extra = {"relative_mean_drift": worst_mean_drift} if self.verify else {}
         return totals.stats(time.perf_counter() - started, extra, stopped_at)
 

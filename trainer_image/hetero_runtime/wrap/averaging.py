@@ -2,7 +2,8 @@
 taken its own optimizer step (with its own clipping, GradScaler and scheduler), and the parameters
 are then averaged as the strategy says, before the next batch is handed out.
 
-- `sesgd`: inside the step's shuffled groups (the planner's shared-seed schedule, no messages).
+- `sesgd`: inside the step's shuffled groups (the planner's shared-seed schedule, no messages),
+  weighted by the ranks' samples in the step, as the runtime's `sesgd` weighs them.
 - `dreamddp`: the layers whose phase of the period has come; every layer at least once per period.
 
 Both end an epoch with one full average, so evaluation, checkpoints and plan changes see one model.
@@ -12,6 +13,7 @@ is only where the averaging runs (after the script's optimizer step, not inside 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -22,7 +24,7 @@ from hetero_operator.plan import Plan, Strategy
 from hetero_operator.planner.dreamddp import phase_of_step, schedule
 from hetero_runtime.strategies.base import average_model, copy_from_flat, flat_parameters, trainable
 from hetero_runtime.strategies.dreamddp import layers_in_backward_order
-from hetero_runtime.strategies.group_ring import group_ring_sum
+from hetero_runtime.strategies.group_ring import weighted_group_mean
 from hetero_runtime.strategies.sesgd import GroupSchedule
 
 LOCAL_STEP_STRATEGIES = frozenset({Strategy.SESGD, Strategy.DREAMDDP, Strategy.ESYNC})
@@ -32,33 +34,35 @@ LOCAL_STEP_STRATEGIES = frozenset({Strategy.SESGD, Strategy.DREAMDDP, Strategy.E
 class ParameterAveraging(Protocol):
     steps: int  # steps taken under this job (the schedules run on the global step)
 
-    def after_step(self) -> None: ...
+    def after_step(self, sizes: Sequence[int]) -> None:
+        """The step's optimizer step is done; `sizes`: every rank's samples in it."""
 
     def end_epoch(self) -> None: ...
 
 
 class GroupAveraging:
-    """`sesgd`: replace the parameters by their mean over this step's group (a ring inside it)."""
+    """`sesgd`: replace the parameters by their sample-weighted mean over this step's group (a ring
+    inside it)."""
 
     def __init__(self, model: nn.Module, plan: Plan, rank: int, steps: int = 0) -> None:
         assert plan.sesgd is not None
         self.model, self.rank, self.world = model, rank, plan.world_size
         self.params = trainable(model)
         self.schedule = GroupSchedule(plan.world_size, plan.sesgd.groups, plan.sesgd.seed)
+        self.epoch_weight = plan.local_batches[rank] / plan.global_batch
         self.steps = steps
 
-    def after_step(self) -> None:
+    def after_step(self, sizes: Sequence[int]) -> None:
         if self.world > 1:
             members = self.schedule.members_of(self.steps, self.rank)
             with torch.no_grad():
                 flat = flat_parameters(self.params)
-                group_ring_sum(flat, members, self.rank)
-                flat.div_(len(members))
+                weighted_group_mean(flat, members, self.rank, sizes)
                 copy_from_flat(self.params, flat)
         self.steps += 1
 
     def end_epoch(self) -> None:
-        average_model(self.model, self.world)
+        average_model(self.model, self.world, self.epoch_weight)
 
 
 def layer_parameters(model: nn.Module) -> list[list[nn.Parameter]]:
@@ -99,7 +103,8 @@ class LayerPhaseAveraging:
         self.layer_phases = [list(p) for p in phases]
         self.steps = steps
 
-    def after_step(self) -> None:
+    def after_step(self, sizes: Sequence[int]) -> None:
+        del sizes  # every rank's layer counts alike, as in the runtime's dreamddp
         phase = phase_of_step(self.steps, self.period)
         if self.world > 1:
             handles, averaged = [], []

@@ -15,6 +15,11 @@ whose global batch is the DataLoader's batch_size times the world (what the rank
 together), split by the plan in force and re-split at epoch boundaries. Each process of the job runs
 one rank, started by the operator or by `heterotrain run-local` (one device per process).
 
+Each rank computes in the format the script's `Trainer(precision=...)` gives it (a script may pick
+it per GPU: "bf16-mixed" on an A100, "16-mixed" on a V100). The loss scale is the job's: if any rank
+scales its loss ("16-mixed"), every rank does, with the job-wide scaler's settings, so that the ranks'
+gradients carry one scale and an overflow on any rank is skipped on every rank (`JobScaledPrecision`).
+
 Lightning fetches each batch one step ahead of the step that trains on it; the loader hands a rank its
 share when its step begins. So the DataLoader yields placeholders, and each becomes the step's batch
 when Lightning moves it to the device (an `on_before_batch_transfer` of the module's sees the
@@ -25,18 +30,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 from torch.utils.data import DataLoader
 
 from hetero_operator.plan import Strategy
+from hetero_runtime.precision import job_loss_scaler
+from hetero_runtime.worker_session import gather_objects
 from hetero_runtime.wrap.loader import HeteroDataLoader
 from hetero_runtime.wrap.model import HeteroModel
 from hetero_runtime.wrap.session import WrapperError, current_session, init
@@ -80,6 +88,57 @@ class JobEnvironment(ClusterEnvironment):
 
     def node_rank(self) -> int:
         return self.global_rank()  # one process per pod
+
+
+_FORMATS = {"32-true": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+class JobScaledPrecision(MixedPrecision):
+    """Lightning's mixed-precision plugin with the job-wide loss scaler, on a rank that computes in
+    fp32, bf16 or fp16 (Lightning's own plugin refuses a scaler beside bf16, and has none for fp32)."""
+
+    def __init__(self, precision: str, device: str) -> None:
+        # Not MixedPrecision.__init__, which refuses a scaler beside bf16: the state it sets, set here.
+        self.precision = precision  # type: ignore[assignment]
+        self.device = device
+        self.scaler = job_loss_scaler(device)
+        self.dtype = _FORMATS[precision]
+
+    @contextmanager
+    def forward_context(self) -> Generator[None, None, None]:
+        context = (
+            nullcontext()
+            if self.dtype is None
+            else torch.autocast(self.device, self.dtype, cache_enabled=False)
+        )
+        with context:
+            yield
+
+
+def plugin_format(plugin: Precision) -> tuple[str, bool]:
+    """The precision a rank's plugin computes in ("other" for formats beyond fp32, bf16 and fp16
+    mixed) and whether it scales its loss."""
+    if isinstance(plugin, MixedPrecision):
+        return plugin.precision, plugin.scaler is not None
+    if type(plugin) is Precision:
+        return "32-true", False
+    return "other", False
+
+
+def job_scaled(plugin: Precision, device: torch.device, world_size: int) -> Precision:
+    """This rank's plugin under the job's loss scale: unchanged when no rank scales its loss, else a
+    JobScaledPrecision in this rank's format (a collective: every rank's format is gathered)."""
+    formats = gather_objects(plugin_format(plugin), world_size)
+    if not any(scaled for _, scaled in formats):
+        return plugin
+    others = [rank for rank, (name, _) in enumerate(formats) if name not in _FORMATS]
+    if others:
+        raise WrapperError(
+            f"rank {others[0]}'s Trainer(precision=...) is {type(plugin).__name__}, but rank "
+            f"{next(r for r, (_, scaled) in enumerate(formats) if scaled)} scales its loss (16-mixed): "
+            "with ranks in 16-mixed, give every rank 32-true, bf16-mixed or 16-mixed"
+        )
+    return JobScaledPrecision(plugin_format(plugin)[0], device.type)
 
 
 class _Placeholder:
@@ -176,6 +235,11 @@ class HeteroStrategy(DDPStrategy):
             return current_session().device
         except WrapperError:  # not joined yet
             return self.parallel_devices[0] if self.parallel_devices else torch.device("cpu")
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        session = current_session()
+        self.precision_plugin = job_scaled(self.precision_plugin, session.device, session.world_size)
+        super().setup(trainer)
 
     def setup_distributed(self) -> None:
         self.set_world_ranks()

@@ -184,6 +184,8 @@ class HeteroDataLoader:
         averaging = session.step_averaging()
         if averaging is not None:
             averaging.end_epoch()  # one model again for evaluation, checkpoints and the next plan
+        if session.guard is not None:
+            session.guard.at_epoch_end(epoch)
         estimate = session.noise.estimate
         if estimate is not None:
             extra["gradient_noise_scale"] = estimate.noise_scale
@@ -239,8 +241,11 @@ class HeteroDataLoader:
         averaged = 0.0
         if averaging is not None:
             began = time.perf_counter()
-            averaging.after_step()
+            averaging.after_step(session.step.sizes)
             averaged = time.perf_counter() - began
+        if session.guard is not None:
+            # Under the local-step strategies the replicas differ until the epoch's end.
+            session.guard.after_step(self.position.epoch, compare=averaging is None)
         if session.pending_timing is None:
             return
         compute, until_sync, comm = session.pending_timing
@@ -258,7 +263,11 @@ class HeteroDataLoader:
             "plan_history": [list(item) for item in self.record.plan_history],
             "averaging_steps": self.session.averaging_steps,
             # Saved inside a step (after its optimizer step): that step's averaging is still to come.
-            "averaging_pending": self.session.step is not None and self.session.local_steps,
+            "averaging_pending": (
+                list(self.session.step.sizes)
+                if self.session.step is not None and self.session.local_steps
+                else None
+            ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -266,6 +275,9 @@ class HeteroDataLoader:
         if state.get("plan"):
             self.session.restore_plan(Plan.from_json(state["plan"]))
         self.record.plan_history = [(int(e), int(v)) for e, v in state.get("plan_history", [])]
+        pending = state.get("averaging_pending")
+        if pending is True:  # saved before the sizes were kept: the plan's split
+            pending = list(self.plan.local_batches)
         self.session.restore_averaging_steps(
-            int(state.get("averaging_steps", 0)), bool(state.get("averaging_pending", False))
+            int(state.get("averaging_steps", 0)), list(pending) if isinstance(pending, list) else None
         )

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hetero_runtime.divergence import DivergenceGuard
 from hetero_runtime.gns import estimate_noise
 from hetero_runtime.simulate import Stopwatch
 from hetero_runtime.strategies.base import broadcast_coalesced, broadcast_model, synchronize, trainable
@@ -62,11 +63,14 @@ class HeteroModel(nn.Module):
             raise WrapperError("HeteroModel(module=...): the model has no parameter that requires a gradient")
         if self.session.world_size > 1:
             broadcast_model(module)  # every rank starts from rank 0's weights, as DDP does
+        self.session.guard = DivergenceGuard(self.params, self.session.world_size, self.session.device)
         self.noise_every = noise_every
         self.buffers_to_sync = list(module.buffers()) if broadcast_buffers else []
         self._buffer_wait = 0.0  # seconds this step's forward spent in the buffers' broadcast
+        # One rider a rank: each rank's recent pace, so that every rank paces to the same base device.
+        world = self.session.world_size
         self.reduce = BucketedAllReduce(
-            self.params, self.session.rank, self.session.world_size, bucket_cap_elements
+            self.params, self.session.rank, world, bucket_cap_elements, riders=world
         )
         self._in_backward = False
         self._skip_sync = False  # inside no_sync()
@@ -138,11 +142,11 @@ class HeteroModel(nn.Module):
             # once every gradient is accumulated. After no_sync() passes, the hooks weighed them all.
             self._in_backward = True
             if self._accumulating:
-                self.reduce.begin(1.0, measure=False)
+                self.reduce.begin(1.0, measure=False, riders=self._paces())
             else:
                 local, sizes = self._weights(self.session.step)
                 measure = self.session.step is not None and self.synchronized_steps % self.noise_every == 0
-                self.reduce.begin(local / sum(sizes), measure)
+                self.reduce.begin(local / sum(sizes), measure, riders=self._paces())
             torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
         self.reduce.ready(index)
 
@@ -158,11 +162,15 @@ class HeteroModel(nn.Module):
         compute, waited = 0.0, self._buffer_wait
         self._buffer_wait = 0.0
         if started is not None:
-            # A simulated slower device takes 1/speed times as long for the work just done.
+            # A simulated slower device takes 1/speed times as long as the base device for this work.
             work = Stopwatch(started.wall + waited)
-            compute = session.simulator.finish(work, time.perf_counter() - work.wall)
+            measured = time.perf_counter() - work.wall
+            samples = share.local_batch if share is not None else 0
+            compute = session.simulator.finish(work, session.base.full_speed_seconds(samples, measured))
         sync_start = time.perf_counter()
-        norms = self.reduce.finish().norms
+        reduced = self.reduce.finish()
+        norms = reduced.norms
+        session.base.share(reduced.riders)
         comm = time.perf_counter() - sync_start + waited
         for handle in self._accumulating:
             handle.remove()
@@ -174,6 +182,12 @@ class HeteroModel(nn.Module):
             # (an fp16 overflow step says nothing about the noise)
             session.noise.update(estimate_noise(share.sizes, norms.local_sq, norms.global_sq))
         session.pending_timing = (compute, sync_start - started.wall, comm)
+
+    def _paces(self) -> list[float]:
+        """This rank's recent pace in its own slot, zeros in the others' (they add theirs)."""
+        paces = [0.0] * self.session.world_size
+        paces[self.session.rank] = self.session.base.per_sample
+        return paces
 
     def _on_local_gradient(self) -> None:
         """Local-step strategies: each rank keeps its own gradient for its own optimizer step; the
@@ -206,7 +220,9 @@ class HeteroModel(nn.Module):
         synchronize(session.device)
         started = session.step_started
         if started is not None:
-            compute = session.simulator.finish(started, time.perf_counter() - started.wall)
+            measured = time.perf_counter() - started.wall
+            samples = session.step.local_batch if session.step is not None else 0
+            compute = session.simulator.finish(started, session.base.full_speed_seconds(samples, measured))
             session.pending_timing = (compute, time.perf_counter() - started.wall, 0.0)
 
     def _weights(self, share: StepShare | None) -> tuple[int, list[int]]:

@@ -1,4 +1,6 @@
-"""One worker's part in a job whose training loop is the user's: process group, device, plan, metrics.
+"""One worker's part in a job whose training loop is the user's: the runtime's `WorkerSession` (process
+group, device, the job's precision, metrics, simulated speed, plan tracking, stop requests), plus
+what the wrapper tracks of the step in progress.
 
 `init()` is the one call a script makes before building its model and loader; the model wrapper and
 the data loader find the session it opened through `current_session()`.
@@ -8,23 +10,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from hetero_operator.plan import ESyncParams, Plan, Strategy
-from hetero_runtime.device import Placement, place_worker
+from hetero_runtime.divergence import DivergenceGuard
 from hetero_runtime.exiting import end_now
 from hetero_runtime.gns import NoiseTracker
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
-from hetero_runtime.metrics import WorkerMetrics
-from hetero_runtime.plan_client import PlanSourceError, PlanTracker, plan_source_from_spec
+from hetero_runtime.plan_client import PlanSourceError, PlanTracker
 from hetero_runtime.plan_refusals import strategy_refusal
-from hetero_runtime.simulate import SpeedSimulator, Stopwatch
+from hetero_runtime.precision import MixedPrecision, PrecisionError
+from hetero_runtime.simulate import RecentPace, Stopwatch
 from hetero_runtime.trainer import default_plan
+from hetero_runtime.worker_session import SessionError, WorkerSession, broadcast_object
 from hetero_runtime.wrap.averaging import LOCAL_STEP_STRATEGIES, ParameterAveraging, averaging_for
 from hetero_runtime.wrap.esync_rounds import ESyncRounds
 
@@ -44,23 +45,37 @@ class StepShare:
 
 
 @dataclass
-class Session:
-    env: WorkerEnv
-    placement: Placement
-    metrics: WorkerMetrics
-    simulator: SpeedSimulator
-    tracker: PlanTracker | None
+class Session(WorkerSession):
     plan: Plan | None = None
     step: StepShare | None = None
     step_started: Stopwatch | None = None  # when the loader handed out the step's batch
     pending_timing: tuple[float, float, float] | None = None  # compute, until sync, sync seconds
     noise: NoiseTracker = field(default_factory=NoiseTracker)
+    base: RecentPace = field(default_factory=RecentPace)  # what a simulated device's pace is based on
     model: nn.Module | None = None  # the module HeteroModel wraps: what local-step strategies average
     _averaging: ParameterAveraging | None = None
     _averaging_version: int | None = None
     _restored_averaging_steps: int = 0  # from a checkpoint: where the averaging schedule resumes
-    _averaging_pending: bool = False  # the checkpoint was saved before its last step's averaging
+    _averaging_pending: list[int] | None = None  # the sizes of a checkpoint's step not averaged yet
     _rounds: ESyncRounds | None = None
+    strategy: Strategy = Strategy.DATA  # the job's, from its plan at the start
+    guard: DivergenceGuard | None = None  # over the model HeteroModel wraps
+    _amp: MixedPrecision | None = None
+    _scaler: torch.amp.GradScaler | None = None
+
+    @property
+    def amp(self) -> MixedPrecision:
+        """This rank's part of the job's precision (see `hetero_runtime.precision`)."""
+        if self._amp is None:
+            self._amp = self.mixed_precision(self.strategy)
+        return self._amp
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """The job-wide loss scaler where the job's precision scales its loss, else a disabled one
+        (which passes everything through): the same object on every call."""
+        if self._scaler is None:
+            self._scaler = self.amp.scaler or torch.amp.GradScaler(self.device.type, enabled=False)
+        return self._scaler
 
     @property
     def local_steps(self) -> bool:
@@ -94,35 +109,17 @@ class Session:
             self._rounds = ESyncRounds(self.env, self.model, plan.esync or ESyncParams())
         return self._rounds
 
-    def close(self) -> None:
+    def close(self, together: bool = True) -> None:
         if self._rounds is not None:
             self._rounds.close()
             self._rounds = None
-
-    @property
-    def rank(self) -> int:
-        return self.env.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.env.world_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.placement.device
+        super().close(together)
 
     def plan_for_epoch(self, epoch: int, global_batch: int) -> Plan:
         """Rank 0 reads the newest applicable plan; every rank receives the same one. Without a plan
         source the split is even over the loader's batch size."""
-        text = None
-        if self.rank == 0:
-            chosen = self.tracker.plan_for_epoch(epoch) if self.tracker is not None else self.plan
-            if chosen is None:
-                chosen = self.plan or default_plan(self.world_size, global_batch, Strategy.DATA)
-                if self.tracker is not None:
-                    self.tracker.current = chosen
-            text = chosen.to_json()
-        plan = Plan.from_json(broadcast_object(text, self.world_size))
+        fallback = default_plan(self.world_size, global_batch, Strategy.DATA)
+        plan = self.agreed_plan(epoch, self.plan, fallback)
         refusal = strategy_refusal(plan)
         if refusal is not None:
             raise WrapperError(refusal)
@@ -142,37 +139,29 @@ class Session:
         """Steps the local-step strategies' schedules have run (their groups and phases follow it)."""
         return self._averaging.steps if self._averaging is not None else self._restored_averaging_steps
 
-    def restore_averaging_steps(self, steps: int, pending: bool) -> None:
+    def restore_averaging_steps(self, steps: int, pending: list[int] | None) -> None:
         """After a restart: the schedules go on from the checkpoint's step, as if never stopped;
-        `pending`: the checkpoint's last step had not been averaged yet (the script saved after its
-        optimizer step), so that averaging runs before the first step after the restart."""
+        `pending`: every rank's samples in the checkpoint's last step, when it had not been averaged
+        yet (the script saved after its optimizer step), so that averaging runs before the first step
+        after the restart."""
         self._restored_averaging_steps = steps
         self._averaging_pending = pending
         if self._averaging is not None:
             self._averaging.steps = steps
 
     def run_pending_averaging(self) -> None:
-        if self._averaging_pending:
-            self._averaging_pending = False
+        sizes, self._averaging_pending = self._averaging_pending, None
+        if sizes is not None:
             averaging = self.step_averaging()
             if averaging is not None:
-                averaging.after_step()
+                averaging.after_step(sizes)
 
     def restore_plan(self, plan: Plan) -> None:
         """After a restart: keep running the checkpoint's plan until a newer one arrives."""
         if plan.fits_world(self.world_size) is not None:
             return
         self.plan = plan
-        if self.tracker is not None:
-            self.tracker.current = plan
-
-
-def broadcast_object(value: Any, world_size: int) -> Any:
-    if world_size == 1:
-        return value
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]
+        self.keep_plan(plan)
 
 
 _session: Session | None = None
@@ -186,51 +175,32 @@ def init(env: WorkerEnv | None = None) -> Session:
     if _session is not None:
         return _session
     env = env or worker_env_from_os()
-    placement = place_worker(env)
-    if not dist.is_initialized():
-        # Opened even for one process: the script's own dist.get_rank() and friends keep working.
-        # One process needs no rendezvous (and no port that another job may hold).
-        rendezvous: dict[str, Any] = (
-            {"init_method": env.init_method} if env.world_size > 1 else {"store": dist.HashStore()}
-        )
-        dist.init_process_group(
-            placement.backend,
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=timedelta(seconds=120),
-            device_id=placement.device if placement.backend == "nccl" else None,
-            **rendezvous,
-        )
-    if dist.is_initialized() and (dist.get_rank(), dist.get_world_size()) != (env.rank, env.world_size):
-        raise WrapperError(
-            f"the process group has rank {dist.get_rank()} of {dist.get_world_size()} but RANK={env.rank} "
-            f"and WORLD_SIZE={env.world_size}: open it from the same environment, or let init() open it"
-        )
-    metrics = WorkerMetrics(env.job_name, env.rank, env.gpu_class)
-    simulator = SpeedSimulator(env.simulated_speed)
-    metrics.set_simulated_speed(simulator.speed)
-    simulator.announce(env.rank)
-    if env.metrics_port is not None:
-        metrics.serve(env.metrics_port, addr=env.pod_ip or "0.0.0.0")
-    tracker = None
-    if env.rank == 0 and env.plan_source is not None:
-        tracker = PlanTracker(plan_source_from_spec(env.plan_source), env.world_size)
-    refusal = broadcast_object(starting_refusal(tracker), env.world_size)
+    try:
+        session = Session.open(env)
+    except SessionError as error:
+        raise WrapperError(str(error)) from None
+    refusal, strategy = broadcast_object(starting_plan(session.tracker), env.world_size)
     if refusal is not None:
         raise WrapperError(refusal)
-    _session = Session(env, placement, metrics, simulator, tracker)
+    session.strategy = strategy
+    try:  # resolved now, so that a precision some rank's device cannot run is refused at once
+        log.info("rank %d computes in %s", env.rank, session.amp.precision.value)
+    except PrecisionError as error:
+        raise WrapperError(str(error)) from None
+    _session = session
     return _session
 
 
-def starting_refusal(tracker: PlanTracker | None) -> str | None:
-    """Refuse at once a plan this loop cannot run, even if the script never builds a loader."""
+def starting_plan(tracker: PlanTracker | None) -> tuple[str | None, Strategy]:
+    """The plan at the start, on rank 0: why this loop cannot run it (refused at once, even if the
+    script never builds a loader), and the job's strategy (data when no plan can be read yet)."""
     if tracker is None or tracker.source is None:
-        return None
+        return None, Strategy.DATA
     try:
         plan = Plan.from_json(tracker.source.read())
     except (PlanSourceError, ValueError):
-        return None  # unreadable now: the loader reads it again at every epoch
-    return strategy_refusal(plan)
+        return None, Strategy.DATA  # unreadable now: the loader reads it again at every epoch
+    return strategy_refusal(plan), plan.strategy
 
 
 def current_session() -> Session:
@@ -249,10 +219,6 @@ def close() -> None:
     global _session
     if _session is not None:
         _session.close()
-    if dist.is_initialized():
-        if dist.get_world_size() > 1:
-            dist.barrier()
-        dist.destroy_process_group()
     _session = None
 
 
