@@ -4,13 +4,24 @@ PY := $(VENV)/bin/python
 # Tests marked known_bug reproduce open bugs; run them with `make test PYTEST_ARGS=`.
 PYTEST_ARGS ?= -m "not known_bug"
 
-.PHONY: demo test bootstrap images lint testbed-up testbed-down bench clean
+.PHONY: demo test test-fast test-ranks test-live bootstrap images lint testbed-up testbed-down bench clean
 
 demo: bootstrap
 	$(VENV)/bin/heterotrain demo
 
 test: bootstrap lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The suite's lanes, by what a test needs: in process only (pure functions, the in-process fake API);
+# real training ranks and other processes; a live control plane. `make test` runs all three.
+test-fast:
+	$(PY) -m pytest -m "not known_bug and not ranks and not testbed"
+
+test-ranks: bootstrap
+	$(PY) -m pytest -m "not known_bug and ranks and not testbed"
+
+test-live: bootstrap
+	$(PY) -m pytest -m "not known_bug and testbed"
 
 bootstrap:
 	bash testbed/bootstrap.sh

@@ -1,12 +1,14 @@
 """How long `make test` takes, from the JUnit reports of whole-suite runs (one per way of running it).
 
 Each report is one run of the whole suite (`pytest --junitxml=FILE`); its label says how it ran. The
-artifact keeps, per run: the commit, the tests, failures and skips, the wall time of the session, and
-the summed test time per folder (on several workers, the sum is more than the wall time). `--write`
-keeps the artifact (bench/results/suite_time.json) and regenerates BENCHMARKS.md's "## Test suite"
-section; `--from-json FILE` regenerates only the section.
+artifact keeps, per run: the commit, the tests, failures and skips, the wall time of the session, the
+summed test time per folder (on several workers, the sum is more than the wall time) and the slowest
+tests. A run's start log (`+FILE`: the run with HETEROTRAIN_START_LOG=FILE and bench/start_log first on
+PYTHONPATH) adds how many Python interpreters started fresh, how many started warm, and how many test
+beds booted. `--write` keeps the artifact (bench/results/suite_time.json) and regenerates
+BENCHMARKS.md's "## Test suite" section; `--from-json FILE` regenerates only the section.
 
-    python bench/suite_time.py --run "one worker@COMMIT=serial.xml" --run "two workers@COMMIT=par.xml" --write
+    python bench/suite_time.py --run "one worker@COMMIT=serial.xml+starts.log" --write
 """
 
 from __future__ import annotations
@@ -31,15 +33,32 @@ INTRO = (
 )
 
 
-def read_report(label: str, commit: str, path: Path) -> dict[str, Any]:
-    """One run's figures from its JUnit report."""
+SLOWEST = 15
+
+
+def read_starts(path: Path) -> dict[str, int]:
+    """Lines of a start log by their first word: cold and warm Python starts, test beds booted."""
+    kinds = Counter(line.split(" ", 1)[0] for line in path.read_text().splitlines() if line.strip())
+    return {
+        "cold_python_starts": kinds["cold"],
+        "warm_python_starts": kinds["warm"],
+        "test_beds": kinds["bed"],
+    }
+
+
+def read_report(label: str, commit: str, path: Path, starts: Path | None = None) -> dict[str, Any]:
+    """One run's figures from its JUnit report (and its start log)."""
     suite = ET.parse(path).getroot().find("testsuite")
     if suite is None:
         raise SystemExit(f"{path}: no <testsuite> element; pass the file `pytest --junitxml` wrote")
     per_folder: Counter[str] = Counter()
+    per_test: dict[str, float] = {}
     for case in suite.iter("testcase"):
         folder = "/".join((case.get("classname") or "").split(".")[:2])
-        per_folder[folder] += float(case.get("time") or 0.0)
+        seconds = float(case.get("time") or 0.0)
+        per_folder[folder] += seconds
+        per_test[f"{case.get('classname')}::{case.get('name')}"] = seconds
+    slowest = sorted(per_test.items(), key=lambda item: -item[1])[:SLOWEST]
     return {
         "label": label,
         "commit": commit,
@@ -49,6 +68,8 @@ def read_report(label: str, commit: str, path: Path) -> dict[str, Any]:
         "skipped": int(suite.get("skipped") or 0),
         "wall_seconds": round(float(suite.get("time") or 0.0), 1),
         "test_seconds_per_folder": {k: round(v, 1) for k, v in per_folder.most_common()},
+        "slowest_tests": {name: round(seconds, 1) for name, seconds in slowest},
+        **(read_starts(starts) if starts is not None else {}),
     }
 
 
@@ -56,14 +77,18 @@ def report(document: dict[str, Any]) -> str:
     runs = document["runs"]
     lines = [
         f"{HEADING}\n\n{INTRO}\n\nRun on {document['machine']}.\n",
-        "| Run | Commit | Tests | Failed | Skipped | Wall min | Test time min |",
-        "|---|---|---|---|---|---|---|",
+        "| Run | Commit | Tests | Failed | Skipped | Wall min | Test time min | Python starts, fresh / warm "
+        "| Test beds booted |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         summed = sum(run["test_seconds_per_folder"].values())
+        counted = "cold_python_starts" in run
+        starts = f"{run['cold_python_starts']} / {run['warm_python_starts']}" if counted else "not counted"
+        beds = str(run["test_beds"]) if counted else "not counted"
         lines.append(
             f"| {run['label']} | {run['commit']} | {run['tests']} | {run['failures']} | {run['skipped']} "
-            f"| {run['wall_seconds'] / 60:.1f} | {summed / 60:.1f} |"
+            f"| {run['wall_seconds'] / 60:.1f} | {summed / 60:.1f} | {starts} | {beds} |"
         )
     lines += ["", "Test time per folder, minutes:", ""]
     folders = {f for run in runs for f in run["test_seconds_per_folder"]}
@@ -72,6 +97,15 @@ def report(document: dict[str, Any]) -> str:
     for folder in sorted(folders, key=lambda f: -max(r["test_seconds_per_folder"].get(f, 0) for r in runs)):
         cells = [f"{run['test_seconds_per_folder'].get(folder, 0.0) / 60:.1f}" for run in runs]
         lines.append(f"| {folder} | " + " | ".join(cells) + " |")
+    newest = runs[-1]
+    if newest.get("slowest_tests"):
+        lines += [
+            "",
+            f"The slowest tests of the last run ({newest['label']}, {newest['commit']}), seconds:",
+            "",
+        ]
+        lines += ["| Test | Seconds |", "|---|---|"]
+        lines += [f"| `{name}` | {seconds:.1f} |" for name, seconds in newest["slowest_tests"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -79,18 +113,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--run", action="append", default=[], help="LABEL@COMMIT=JUNIT_XML, once per run")
+    parser.add_argument(
+        "--run", action="append", default=[], help="LABEL@COMMIT=JUNIT_XML[+START_LOG], once per run"
+    )
     section_arguments(parser)
     args = parser.parse_args()
     if rendered_from_json(args, report):
         return
     runs = []
     for spec in args.run:
-        head, _, path = spec.rpartition("=")
+        head, _, files = spec.rpartition("=")
         label, _, commit = head.rpartition("@")
+        path, _, starts = files.partition("+")
         if not (label and commit and path):
-            raise SystemExit(f"--run {spec!r}: expected LABEL@COMMIT=JUNIT_XML")
-        runs.append(read_report(label, commit, Path(path)))
+            raise SystemExit(
+                f"--run {spec!r}: expected LABEL@COMMIT=JUNIT_XML or LABEL@COMMIT=JUNIT_XML+START_LOG"
+            )
+        runs.append(read_report(label, commit, Path(path), Path(starts) if starts else None))
     if not runs:
         raise SystemExit("--run: give at least one LABEL@COMMIT=JUNIT_XML")
     cores = len(os.sched_getaffinity(0))

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Iterator
 
 import pytest
+from tests.bed_hygiene import beds_of, cluster_objects
 from tests.beds import fresh_namespace, running_bed
 
 from hetero_operator.testbed import images
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.container_store import Engine
+from hetero_operator.warm_start import COLD_STARTS_ENV, warm_server
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -21,6 +24,56 @@ def pytest_configure(config: pytest.Config) -> None:
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+WARM_FOLDERS = ("tests/runtime", "tests/e2e", "tests/reliability", "tests/gpu", "tests/ship", "tests/kueue")
+
+
+ON_THE_BEDS = pytest.StashKey[list[tuple[Testbed, set[str]]]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    """After a test's set-up: what each test bed it runs on holds (see `bed_hygiene`)."""
+    result = yield
+    seen = []
+    for bed in beds_of(getattr(item, "funcargs", {})):
+        try:
+            seen.append((bed, cluster_objects(bed)))
+        except Exception:  # a bed that is not up (yet): nothing to hold the test to
+            continue
+    item.stash[ON_THE_BEDS] = seen
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """After its teardown: nothing of what it added is left on a bed that stays up."""
+    result = yield
+    for bed, before in item.stash.get(ON_THE_BEDS, []):
+        try:
+            left = cluster_objects(bed) - before
+        except Exception:  # the bed went down with this teardown: nothing is left on it
+            continue
+        if left:
+            raise AssertionError(
+                f"{item.nodeid} left {', '.join(sorted(left))} on the shared test bed: a test deletes the "
+                "cluster-scoped objects it creates, or the tests after it see them"
+            )
+    return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_starts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One warm server for the run (hetero_operator.warm_start): the ranks, run-local workers and
+    worker pods that the tests start on this environment's Python begin with torch imported. Started
+    only for runs with tests that start such processes; HETEROTRAIN_COLD_STARTS=1 starts them all fresh."""
+    wanted = any(item.nodeid.startswith(WARM_FOLDERS) for item in request.session.items)
+    if not wanted or os.environ.get(COLD_STARTS_ENV) == "1":
+        yield
+        return
+    with warm_server(tmp_path_factory.mktemp("warm")):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from hetero_runtime.local import free_port
 from hetero_runtime.precision import MixedPrecision, device_has_bf16, resolve_precision
 from hetero_runtime.strategies.data import synchronize_gradients
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(300)]
 
 
 def check_gradients(results: list[dict[str, Any]], device_prefix: str) -> None:

@@ -21,7 +21,7 @@ from hetero_runtime.checkpoint import checkpoint_path, latest_checkpoint, load, 
 from hetero_runtime.examples.digits import build_model
 from hetero_runtime.local import example_layer_costs, initial_plan
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(600)]
 STRATEGIES = [Strategy.DATA, Strategy.SESGD, Strategy.ESYNC, Strategy.DREAMDDP, Strategy.HETPIPE]
 
 

@@ -13,7 +13,7 @@ import hetero_runtime.examples.ddp_digits_hetero as ported_example
 from hetero_runtime.device import to_device
 from hetero_runtime.prefetch import staged
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(300)]
 GPU = torch.device("cuda:0")
 
 

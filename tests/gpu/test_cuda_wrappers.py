@@ -13,7 +13,7 @@ from tests.gpu.one_worker import run_on_the_gpu
 import hetero_runtime.examples.hf_causal_lm as hf_example
 import hetero_runtime.examples.lightning_digits as lightning_example
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(300)]
 
 
 def test_a_lightning_script_trains_on_the_gpu(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hetero_operator.warm_start import spawn
 from hetero_runtime.local import free_port
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -45,7 +46,7 @@ def start_ranks(
                 }
             )
             processes.append(
-                subprocess.Popen(
+                spawn(
                     [sys.executable, str(SCRIPTS / script), *(args or [])],
                     env=env,
                     stdout=subprocess.PIPE,

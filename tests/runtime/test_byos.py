@@ -27,7 +27,7 @@ EPOCHS = 4
 FIRST = initial_plan(Strategy.DATA, SPEEDS, 64)
 SECOND = FIRST.model_copy(update={"version": 2, "apply_at_epoch": 2, "local_batches": [30, 20, 14]})
 TRAIN_SAMPLES = 1437
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(240)]
 
 
 def run_script(

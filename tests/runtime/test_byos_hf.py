@@ -29,7 +29,7 @@ ARGS = ["--epochs", str(EPOCHS), "--batch-size", "32", "--sentences", str(SENTEN
 # A model that learnt only how often each character occurs stays near ln(vocabulary); the sentences'
 # template and word lists take it well below half of that.
 TARGET = 0.45
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.ranks, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture(scope="module")

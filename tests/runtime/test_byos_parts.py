@@ -30,6 +30,8 @@ from hetero_runtime.wrap import Checkpoint, HeteroDataLoader, HeteroModel, Sessi
 from hetero_runtime.wrap.buckets import BucketedAllReduce, bucket_layout
 from hetero_runtime.wrap.refusals import dataset_refusal
 
+pytestmark = pytest.mark.ranks
+
 POD = {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-0.job.ns.svc", "MASTER_PORT": "29500"}
 
 

@@ -18,7 +18,7 @@ from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams,
 PORTED = str(Path(ported_example.__file__))
 EPOCHS = 3
 ACCURACY = 0.9  # the data strategy's run of the same script reaches 0.9 or more (test_byos.py)
-pytestmark = pytest.mark.timeout(200)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(200)]
 
 
 def run_ported(

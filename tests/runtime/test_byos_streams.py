@@ -11,7 +11,7 @@ from tests.runtime.spawn import run_ranks
 from hetero_operator.plan import Plan
 from hetero_runtime.wrap.stream import stream_steps
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(120)]
 
 
 def test_each_rank_keeps_its_slice_of_every_global_batch() -> None:

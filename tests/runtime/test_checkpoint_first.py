@@ -26,7 +26,7 @@ from hetero_runtime.stopping import STOPPED_EXIT_CODE
 EPOCHS = 3
 PASSES = 8  # with a wider model, an epoch of 180 steps lasts about a second: long enough to stop in
 DATASET = 1437 * PASSES
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(300)]
 
 
 def spec_for(work_dir: Path, plan: Plan, annotations: Path) -> LocalJobSpec:

@@ -14,7 +14,7 @@ from tests.runtime.spawn import run_ranks
 from hetero_operator.plan import CHECKPOINT_DIR_ENV, CHECKPOINT_RANK0_ONLY_ENV
 from hetero_runtime.checkpoint import checkpoint_path, save_atomic
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(120)]
 WORLD = 3
 
 

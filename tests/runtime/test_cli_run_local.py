@@ -12,6 +12,8 @@ import pytest
 
 from hetero_runtime.examples.tiny_lm import TARGET_LOSS
 
+pytestmark = pytest.mark.ranks
+
 CLI = [sys.executable, "-m", "hetero_operator", "run-local"]
 
 

@@ -22,7 +22,7 @@ from hetero_runtime.local import LocalJob, initial_plan
 EPOCHS = 5
 FIRST = initial_plan(Strategy.DATA, SPEEDS, 64)
 SECOND = FIRST.model_copy(update={"version": 2, "apply_at_epoch": 2, "local_batches": [30, 20, 14]})
-pytestmark = pytest.mark.timeout(200)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(200)]
 
 
 def act_as_operator(job: LocalJob, progress: dict[str, Any]) -> None:

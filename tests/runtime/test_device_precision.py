@@ -15,6 +15,8 @@ from hetero_runtime.device import DeviceError, choose_backend, choose_device, to
 from hetero_runtime.launcher import WorkerEnvError, parse_worker_env
 from hetero_runtime.precision import MixedPrecision, PrecisionError, resolve_precision
 
+pytestmark = pytest.mark.ranks
+
 
 def test_each_worker_takes_its_own_gpu_or_the_cpu() -> None:
     assert choose_device("auto", 0, 0) == "cpu"

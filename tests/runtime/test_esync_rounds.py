@@ -12,7 +12,7 @@ from tests.runtime.spawn import run_ranks
 from hetero_operator.plan import ESyncParams, Strategy
 from hetero_runtime.local import initial_plan
 
-pytestmark = pytest.mark.timeout(200)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(200)]
 
 
 def test_max_local_steps_caps_every_round(tmp_path: Path) -> None:

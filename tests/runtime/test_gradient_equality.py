@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from tests.runtime.spawn import run_ranks
 
+pytestmark = pytest.mark.ranks
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:

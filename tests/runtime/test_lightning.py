@@ -23,7 +23,7 @@ def one_device_each(rank: int) -> dict[str, str]:
     return {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(240)]
 
 
 def test_lightning_steps_with_the_whole_global_batchs_gradient(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from tests.runtime.spawn import run_ranks, start_ranks
 
 from hetero_operator.plan import DIVERGED_EXIT_CODE
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(240)]
 
 # bf16 keeps 8 significant bits and fp16 11: the bf16 and fp16 ranks' shares of each gradient (13 and 7
 # of 40 samples) are exact to a few tenths of a percent, and six steps of SGD with momentum carry that

@@ -11,6 +11,8 @@ from tests.runtime.spawn import run_ranks
 
 from hetero_operator.planner.sesgd import group_schedule
 
+pytestmark = pytest.mark.ranks
+
 WORLD, GROUPS, SEED, STEPS = 4, 2, 42, 5
 SIZES = [5, 1, 3, 2]  # each rank's samples per step: an uneven plan
 

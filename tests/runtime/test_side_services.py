@@ -20,6 +20,8 @@ from hetero_runtime.hetpipe_ps import ParameterServer, ParameterServerClient
 from hetero_runtime.job_peers import JobPeers
 from hetero_runtime.local import free_port
 
+pytestmark = pytest.mark.ranks
+
 TOKEN = "0123456789abcdef0123456789abcdef"
 PEERS = JobPeers(TOKEN, ("127.0.0.1", "127.0.0.1", "127.0.0.3"))
 

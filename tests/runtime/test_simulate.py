@@ -14,6 +14,8 @@ from tests.runtime.spawn import run_ranks
 from hetero_runtime import simulate
 from hetero_runtime.simulate import SpeedSimulator, per_sample_seconds
 
+pytestmark = pytest.mark.ranks
+
 
 class VirtualClock:
     """The simulator's clock and sleep, run by the test: a segment's compute advances it by hand, a

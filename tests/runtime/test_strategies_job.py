@@ -15,7 +15,7 @@ from hetero_runtime.local import LocalJob, example_layer_costs, initial_plan
 
 EPOCHS = 8
 VERIFY = {"HETEROTRAIN_VERIFY_INVARIANTS": "1"}
-pytestmark = pytest.mark.timeout(200)
+pytestmark = [pytest.mark.ranks, pytest.mark.timeout(200)]
 
 
 def run_strategy(strategy: Strategy, work_dir: Path, speeds: list[float] = SPEEDS) -> list[dict]:

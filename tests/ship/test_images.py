@@ -73,6 +73,7 @@ def test_images_run_as_non_root_with_the_expected_entrypoints() -> None:
         assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
 
 
+@pytest.mark.ranks  # installs and starts fresh environments: a minute of processes
 def test_entrypoints_run_in_fresh_environments_built_like_the_images(tmp_path: Path) -> None:
     wheel = build_project_wheel(REPO_ROOT, tmp_path / "wheel")
     operator_needs = {Requirement(r).name for r in requirements(wheel, (), frozenset())}

@@ -25,6 +25,17 @@ def test_a_runs_figures_are_its_reports_and_the_section_shows_them(tmp_path: Pat
     run = suite_time.read_report("one worker", "abc1234", path)
     assert (run["tests"], run["failures"], run["skipped"], run["wall_seconds"]) == (5, 2, 2, 120.5)
     assert run["test_seconds_per_folder"] == {"tests/e2e": 90.0, "tests/unit": 0.5}
+    assert run["slowest_tests"] == {
+        "tests.e2e.test_a::t1": 60.0,
+        "tests.e2e.test_b::t2": 30.0,
+        "tests.unit.test_c::t3": 0.5,
+    }
     section = suite_time.report({"machine": "2 cores", "runs": [run]})
-    assert "| one worker | abc1234 | 5 | 2 | 2 | 2.0 | 1.5 |" in section
+    assert "| one worker | abc1234 | 5 | 2 | 2 | 2.0 | 1.5 | not counted | not counted |" in section
     assert "| tests/e2e | 1.5 |" in section
+    assert "| `tests.e2e.test_a::t1` | 60.0 |" in section
+    starts = tmp_path / "starts.log"
+    starts.write_text("cold 1 python -m pytest\nwarm 2 x\nwarm 3 y\nbed 1 /tmp/bed\ncold 4 agent\n")
+    counted = suite_time.read_report("warm", "def5678", path, starts)
+    assert (counted["cold_python_starts"], counted["warm_python_starts"], counted["test_beds"]) == (2, 2, 1)
+    assert "| 2 / 2 | 1 |" in suite_time.report({"machine": "2 cores", "runs": [counted]})

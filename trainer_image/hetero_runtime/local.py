@@ -21,6 +21,7 @@ from hetero_operator import plan as contract
 from hetero_operator.plan import DreamDDPParams, ESyncParams, Plan, SESGDParams, Strategy
 from hetero_operator.planner.batch import proportional_split
 from hetero_operator.planner.wsp import learning_rate_scale
+from hetero_operator.warm_start import spawn
 from hetero_runtime.launcher import DEVICE_ENV
 from hetero_runtime.progress import parse_progress
 from hetero_runtime.torchrun_env import LOCAL_WORLD_SIZE_ENV
@@ -209,7 +210,7 @@ class LocalJob:
             log_handle = self.spec.log_file(rank).open("a")
             self._logs.append(log_handle)
             prefix = self.spec.launch_prefixes[rank] if self.spec.launch_prefixes else []
-            process = subprocess.Popen(
+            process = spawn(
                 [*prefix, *worker_command(self.spec)],
                 env=worker_environment(self.spec, rank, port),
                 stdout=subprocess.PIPE,

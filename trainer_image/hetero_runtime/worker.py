@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetero_operator.plan import Plan
+from hetero_operator.warm_start import WARM_START_ENV, program_of, run_in_place
 from hetero_runtime.examples import EXAMPLES
 from hetero_runtime.launcher import WorkerEnv, worker_env_from_os
 from hetero_runtime.plan_client import PlanSourceError, plan_source_from_spec
@@ -67,6 +68,11 @@ def exec_command(command: Sequence[str]) -> None:
     os.environ.update(torchrun_environment(env, os.environ))
     sys.stdout.flush()
     sys.stderr.flush()
+    program = program_of(command)
+    if program is not None and os.environ.get(WARM_START_ENV):
+        # This process started warm (torch imported): become the script here rather than exec a
+        # cold interpreter for it, as exec would (same process, same signals, its exit code).
+        raise SystemExit(run_in_place(program))
     try:
         os.execvp(command[0], list(command))
     except OSError as error:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetero_operator.plan import Strategy
+from hetero_operator.warm_start import COLD_STARTS_ENV, WARM_START_ENV, warm_server
 
 console = Console(stderr=True)
 
@@ -108,7 +112,8 @@ def run_local(
             )
 
         job = LocalJob(spec, on_progress=show)
-        code = job.run(timeout)
+        with warm_starts(directory):
+            code = job.run(timeout)
     if code != 0:
         console.print(f"[red]job failed[/] (exit {code}); worker logs in {directory / 'logs'}")
         raise typer.Exit(code)
@@ -117,6 +122,18 @@ def run_local(
         f"[green]done[/]{f': {final}' if final else ''} after {job.restarts} restart(s); "
         f"results in {directory / 'results'}"
     )
+
+
+@contextlib.contextmanager
+def warm_starts(directory: Path) -> Iterator[None]:
+    """The job's workers (and their restarts) start warm, forked from one interpreter that imported
+    torch once (`hetero_operator.warm_start`), unless a warm server runs already or
+    HETEROTRAIN_COLD_STARTS=1 asks for fresh ones."""
+    if os.environ.get(WARM_START_ENV) or os.environ.get(COLD_STARTS_ENV) == "1":
+        yield
+        return
+    with warm_server(directory / "warm"):
+        yield
 
 
 def register(app: typer.Typer) -> None:

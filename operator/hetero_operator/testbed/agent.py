@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from hetero_operator.testbed.local_pods import (
 from hetero_operator.testbed.node_heartbeat import NodeHeartbeat
 from hetero_operator.testbed.nodes import CONTAINER_RUNTIME, LOCAL_NODE_LABEL, LOCAL_RUNTIME_LABEL
 from hetero_operator.testbed.termination import new_termination_log, termination_message
+from hetero_operator.warm_start import WarmProcess, spawn
 
 log = logging.getLogger("heterotrain.agent")
 POLL_SECONDS = 0.3
@@ -280,7 +282,9 @@ class Agent:
         log_path = running.directory / "container.log"
         try:
             with log_path.open("ab") as sink:
-                running.process = subprocess.Popen(
+                # Warm (torch imported already) when the test run has a warm server and the pod runs
+                # this environment's Python; otherwise as a fresh process.
+                running.process = spawn(
                     argv,
                     env=env,
                     cwd=cwd,
@@ -294,7 +298,9 @@ class Agent:
             running.finished = True
             self._report_exit(pod, 127, f"cannot start {argv[0]}: {err.strerror}")
             return
-        (running.directory / "pid").write_text(json.dumps({"pid": running.process.pid, "binary": argv[0]}))
+        # What /proc shows the process running: a warm child runs the warm server's interpreter.
+        binary = sys.executable if isinstance(running.process, WarmProcess) else argv[0]
+        (running.directory / "pid").write_text(json.dumps({"pid": running.process.pid, "binary": binary}))
         running.started_at = _now()
         log.info(
             "started %s/%s as pid %d on %s", running.namespace, running.name, running.process.pid, running.ip

@@ -8,6 +8,7 @@ exactly the processes this test bed started.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -27,6 +28,7 @@ from hetero_operator.testbed.kubeconfig import write_kubeconfig
 from hetero_operator.testbed.nodes import NodeList, node_manifest
 from hetero_operator.testbed.prometheus import prometheus_config
 from hetero_operator.testbed.versions import REPO_ROOT, cache_root
+from hetero_operator.warm_start import log_start
 
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
 CRD_DIR = REPO_ROOT / "crds"
@@ -181,6 +183,7 @@ class Testbed:
         else:
             self.down(quiet=True)
             build.build_all(on_step=say)
+            log_start("bed", os.getpid(), str(self.root))
             self._start(say)
         self.install_crds()
         if nodes is not None:
