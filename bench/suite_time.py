@@ -8,12 +8,13 @@ PYTHONPATH) adds how many Python interpreters started fresh, how many started wa
 beds booted. `--write` keeps the artifact (bench/results/suite_time.json) and regenerates
 BENCHMARKS.md's "## Test suite" section; `--from-json FILE` regenerates only the section.
 
-    python bench/suite_time.py --run "one worker@COMMIT=serial.xml+starts.log" --write
+    python bench/suite_time.py --run "one worker@COMMIT=serial.xml+starts.log" --append --write
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import xml.etree.ElementTree as ET
@@ -26,10 +27,11 @@ from benchmarks_md import publish, rendered_from_json, section_arguments
 ARTIFACT = Path(__file__).resolve().parent / "results" / "suite_time.json"
 HEADING = "## Test suite"
 INTRO = (
-    "`python bench/suite_time.py --write` from the JUnit reports of whole `make test` runs (pytest only: "
-    "the set-up and lint before it are not counted). Wall time is the pytest session's; test time is "
-    "the sum over tests, which two workers spend side by side. The table is generated from "
-    "`bench/results/suite_time.json`."
+    "`python bench/suite_time.py --write` from the JUnit reports of whole-suite runs (`make test`, or "
+    "pytest over the whole suite, as each label says; pytest only: the set-up and lint before it are "
+    "not counted). Wall time is the pytest session's; test time is the sum over tests, which two workers "
+    "spend side by side. Python starts and test-bed boots are counted where the run kept a start log "
+    "(bench/start_log). The table is generated from `bench/results/suite_time.json`."
 )
 
 
@@ -116,6 +118,9 @@ def main() -> None:
     parser.add_argument(
         "--run", action="append", default=[], help="LABEL@COMMIT=JUNIT_XML[+START_LOG], once per run"
     )
+    parser.add_argument(
+        "--append", action="store_true", help="keep the artifact's runs and add these after them"
+    )
     section_arguments(parser)
     args = parser.parse_args()
     if rendered_from_json(args, report):
@@ -132,6 +137,8 @@ def main() -> None:
         runs.append(read_report(label, commit, Path(path), Path(starts) if starts else None))
     if not runs:
         raise SystemExit("--run: give at least one LABEL@COMMIT=JUNIT_XML")
+    if args.append and ARTIFACT.exists():
+        runs = json.loads(ARTIFACT.read_text())["runs"] + runs
     cores = len(os.sched_getaffinity(0))
     document = {"machine": f"{cores} cores, {platform.system()} {platform.machine()}", "runs": runs}
     publish(document, report(document), ARTIFACT, args.write)

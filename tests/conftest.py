@@ -63,6 +63,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
+TRAINING_FOLDERS = ("tests/e2e/", "tests/runtime/", "tests/gpu/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With two workers (`-n 2 --dist loadgroup`): one runs the tests that train on this host's
+    cores (end to end and runtime), the other everything else, each its group in order."""
+    for item in items:
+        group = "trains" if item.nodeid.startswith(TRAINING_FOLDERS) else "cluster"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_starts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One warm server for the run (hetero_operator.warm_start): the ranks, run-local workers and
