@@ -1,7 +1,11 @@
 """Shared test beds stay clean: what a test adds of the cluster-scoped objects a job depends on (GPU
 classes, queues, nodes) must be gone when its teardown ends, or the next test on the bed inherits it
 (a queue left behind makes every later job without `spec.queue` wait). The check fails the test that
-left it, so order dependence shows as a failure of the test that causes it."""
+left it, so order dependence shows as a failure of the test that causes it.
+
+The throughput catalog (WorkloadProfiles) is the operator's memory of what jobs measured, not something
+a test adds: it is forgotten after every test, so that no test's first split depends on what an
+earlier test's jobs measured."""
 
 from __future__ import annotations
 
@@ -31,6 +35,12 @@ def cluster_objects(bed: Testbed) -> set[str]:
         listed = custom.list_cluster_custom_object(group, version, plural, timeout_seconds=10)
         found |= {f"{plural}/{item['metadata']['name']}" for item in listed["items"]}
     return found
+
+
+def forget_catalog(bed: Testbed) -> None:
+    """Delete every WorkloadProfile on the bed (one collection delete)."""
+    custom: Any = client.CustomObjectsApi(_api(str(bed.kubeconfig)))
+    custom.delete_collection_cluster_custom_object("heterotrain.io", "v1alpha1", "workloadprofiles")
 
 
 def beds_of(funcargs: dict[str, Any]) -> list[Testbed]:

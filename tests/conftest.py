@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from tests.bed_hygiene import beds_of, cluster_objects
+from tests.bed_hygiene import beds_of, cluster_objects, forget_catalog
 from tests.beds import fresh_namespace, running_bed
 
 from hetero_operator.testbed import images
@@ -52,6 +52,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     result = yield
     for bed, before in item.stash.get(ON_THE_BEDS, []):
         try:
+            forget_catalog(bed)
             left = cluster_objects(bed) - before
         except Exception:  # the bed went down with this teardown: nothing is left on it
             continue

@@ -9,13 +9,14 @@ from typing import Any
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
-from hetero_operator.resources import GPUClass, HeteroQueue, InvalidResourceError
+from hetero_operator.resources import GPUClass, HeteroQueue, InvalidResourceError, WorkloadProfile
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
 
 
 class Indexes(Mapping[str, Mapping[str, list[object]]]):
-    """The four indexes of the operator (`htj_classes`, `htj_nodes`, `htj_jobs`, `htj_pods`)."""
+    """The operator's indexes (`htj_classes`, `htj_nodes`, `htj_jobs`, `htj_pods`, `htj_queues`,
+    `htj_profiles` and Kueue's)."""
 
     def __init__(self, objects: Callable[[], Mapping[Key, Mapping[str, Any]]]) -> None:
         self._objects = objects
@@ -36,6 +37,7 @@ INDEX_NAMES = (
     "htj_jobs",
     "htj_pods",
     "htj_queues",
+    "htj_profiles",
     "htj_workloads",
     "htj_local_queues",
     "htj_cluster_queues",
@@ -58,6 +60,13 @@ def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list
                 built["htj_queues"][name] = [QueueFacts.from_model(HeteroQueue.from_k8s(dict(body)))]
             except InvalidResourceError:
                 continue
+        elif plural == "workloadprofiles":
+            try:
+                profile = WorkloadProfile.from_k8s(dict(body))
+            except InvalidResourceError:
+                continue
+            if profile.status is not None and profile.status.estimate is not None:
+                built["htj_profiles"][profile.spec.workload] = [profile.status.estimate]
         elif plural == "nodes":
             built["htj_nodes"][name] = [NodeFacts.from_body(body)]
         elif plural == "heterotrainjobs":

@@ -41,6 +41,7 @@ KINDS = {
     "HeteroTrainJob": "heterotrainjobs",
     "GPUClass": "gpuclasses",
     "HeteroQueue": "heteroqueues",
+    "WorkloadProfile": "workloadprofiles",
     "Workload": "workloads",
     "ClusterQueue": "clusterqueues",
     "LocalQueue": "localqueues",

@@ -17,7 +17,6 @@ import itertools
 import json
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.beds import bed_of
-from tests.operator.live import OperatorProcess
-from tests.reliability.faults_cluster import Cluster, status
+from tests.reliability.faults_cluster import Cluster, operated_namespace, status
 from tests.reliability.faults_training import worker_run
 
 from hetero_operator import metric_names
@@ -119,17 +117,9 @@ def strategy_job(case: StrategyCase, namespace: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cluster(bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One operator and one namespace for every strategy's job."""
-    namespace = f"strategies-{uuid.uuid4().hex[:6]}"
-    bed.kubectl("create", "namespace", namespace)
     log = tmp_path_factory.mktemp("strategies-operator") / "operator.log"
-    operator = OperatorProcess(bed, log, extra_args=("--prometheus-url", bed.prometheus_url))
-    operator.start()
-    try:
-        yield Cluster(str(bed.kubeconfig), namespace)
-    finally:
-        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
-        operator.stop()
-        print(f"--- operator log ---\n{operator.tail(60)}")
+    with operated_namespace(bed, "strategies", log) as cluster:
+        yield cluster
 
 
 def _logs(bed: Testbed, namespace: str, job: str) -> str:

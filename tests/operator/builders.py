@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from hetero_operator.controller.catalog import observe
 from hetero_operator.controller.facts import PodFacts
-from hetero_operator.resources import Allocation, HeteroTrainJob, HeteroTrainJobStatus, WorkerAllocation
+from hetero_operator.resources import (
+    Allocation,
+    HeteroTrainJob,
+    HeteroTrainJobStatus,
+    MeasuredClass,
+    MeasuredProfile,
+    WorkerAllocation,
+)
+
+if TYPE_CHECKING:
+    from tests.operator.inprocess import Cluster
 
 TOLERATE_KWOK = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -61,4 +73,37 @@ def pod(
         generation=generation,
         rank=rank,
         **extra,
+    )
+
+
+def put_profile(cluster: Cluster, key: str, ms: dict[str, float]) -> None:
+    """A WorkloadProfile for `key` in the in-process cluster, as one earlier job measured it now."""
+    status = observe(None, "team/earlier", profile(ms), datetime.fromtimestamp(cluster.clock.now, UTC))
+    cluster.kube.put(
+        {
+            "apiVersion": "heterotrain.io/v1alpha1",
+            "kind": "WorkloadProfile",
+            "metadata": {"name": key},
+            "spec": {"workload": key},
+            "status": status.to_wire(),
+        }
+    )
+
+
+def profile(ms_per_sample: dict[str, float]) -> MeasuredProfile:
+    return MeasuredProfile(
+        classes=[
+            MeasuredClass(
+                gpu_class=name,
+                compute_ms_per_sample=ms,
+                compute_fixed_ms=3.0,
+                sync_ready_ms_per_sample=ms / 2,
+                sync_ready_fixed_ms=1.0,
+                workers=1,
+            )
+            for name, ms in ms_per_sample.items()
+        ],
+        overlapped_allreduce_ms=5.0,
+        last_bucket_allreduce_ms=1.0,
+        plan_version=2,
     )

@@ -6,30 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from tests.operator.builders import profile
 
 from hetero_operator.controller.class_speed import MeasuredSpeed, job_estimates, measured_speeds
-from hetero_operator.resources import MeasuredClass, MeasuredProfile
 
 PRIORS = {"a100": 1.0, "v100": 0.5, "t4": 0.25, "l4": 0.4}
-
-
-def profile(ms_per_sample: dict[str, float]) -> MeasuredProfile:
-    return MeasuredProfile(
-        classes=[
-            MeasuredClass(
-                gpu_class=name,
-                compute_ms_per_sample=ms,
-                compute_fixed_ms=3.0,
-                sync_ready_ms_per_sample=ms / 2,
-                sync_ready_fixed_ms=1.0,
-                workers=1,
-            )
-            for name, ms in ms_per_sample.items()
-        ],
-        overlapped_allreduce_ms=5.0,
-        last_bucket_allreduce_ms=1.0,
-        plan_version=2,
-    )
 
 
 def test_a_job_on_two_classes_rates_each_against_the_other_prior() -> None:

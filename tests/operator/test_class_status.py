@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.operator.builders import job_body
+from tests.operator.builders import job_body, profile, put_profile
 from tests.operator.inprocess import Cluster
-from tests.operator.test_class_speed import profile
 
 from hetero_operator.controller.class_status import (
     MIN_INTERVAL_SECONDS,
@@ -17,7 +16,6 @@ from hetero_operator.controller.class_status import (
 )
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts
 from hetero_operator.controller.inventory import ClusterView
-from hetero_operator.controller.k8s import path_of
 from hetero_operator.resources import GPUClassStatus
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -65,23 +63,24 @@ def test_only_ready_untainted_nodes_count() -> None:
     }
 
 
-def test_the_measured_speed_is_the_median_over_the_jobs_that_compared_the_class() -> None:
+def test_the_measured_speed_is_the_median_over_the_workloads_that_compared_the_class() -> None:
     view = ClusterView.build(
         [gpu_class("fast", "A100", prior=1.0), gpu_class("slow", "T4", prior=0.25), gpu_class("idle", "L4")],
         [node("a", "A100", 8), node("d", "T4", 2)],
-        [
-            # speeds 10 and 2 samples/ms: fast = 10/2 · 0.25 = 1.25, slow = 2/10 · 1.0 = 0.2
-            measured_job("one", {"fast": 0.1, "slow": 0.5}),
-            # speeds 4 and 2: fast = 4/2 · 0.25 = 0.5, slow = 2/4 · 1.0 = 0.5 (a finished job counts)
-            measured_job("two", {"fast": 0.25, "slow": 0.5}, phase="Succeeded"),
-            measured_job("alone", {"slow": 0.1}),  # one class: no comparison
-        ],
+        [measured_job("running", {"fast": 0.1, "slow": 0.1})],  # a job's own measurement is not the catalog
         [],
+        profiles={
+            # speeds 10 and 2 samples/ms: fast = 10/2 · 0.25 = 1.25, slow = 2/10 · 1.0 = 0.2
+            "one": profile({"fast": 0.1, "slow": 0.5}),
+            # speeds 4 and 2: fast = 4/2 · 0.25 = 0.5, slow = 2/4 · 1.0 = 0.5
+            "two": profile({"fast": 0.25, "slow": 0.5}),
+            "alone": profile({"slow": 0.1}),  # one class: no comparison
+        },
     )
     statuses = desired_statuses(view)
-    assert (statuses["fast"].measured_speed, statuses["fast"].measured_jobs) == (0.875, 2)
-    assert (statuses["slow"].measured_speed, statuses["slow"].measured_jobs) == (0.35, 2)
-    assert (statuses["idle"].measured_speed, statuses["idle"].measured_jobs) == (None, 0)
+    assert (statuses["fast"].measured_speed, statuses["fast"].measured_workloads) == (0.875, 2)
+    assert (statuses["slow"].measured_speed, statuses["slow"].measured_workloads) == (0.35, 2)
+    assert (statuses["idle"].measured_speed, statuses["idle"].measured_workloads) == (None, 0)
 
 
 def test_a_patch_clears_a_measured_speed_that_no_job_backs_any_more() -> None:
@@ -90,7 +89,7 @@ def test_a_patch_clears_a_measured_speed_that_no_job_backs_any_more() -> None:
             "nodes": 1,
             "gpus": 2,
             "freeGpus": 2,
-            "measuredJobs": 0,
+            "measuredWorkloads": 0,
             "measuredSpeed": None,
             "observedGeneration": None,
         }
@@ -118,7 +117,7 @@ def test_the_loop_reports_placements_in_the_class_status() -> None:
             assert found is not None
             return dict(found.get("status") or {})
 
-        unmeasured = {"measuredJobs": 0}
+        unmeasured = {"measuredWorkloads": 0}
         assert status("fast") == {"nodes": 1, "gpus": 2, "freeGpus": 2, **unmeasured}  # before the pods
         assert status("slow") == {"nodes": 1, "gpus": 4, "freeGpus": 4, **unmeasured}
         await cluster.cycle()  # the pods now hold 2 fast GPUs and 1 slow one: held by the interval
@@ -133,28 +132,23 @@ def test_the_loop_reports_placements_in_the_class_status() -> None:
     asyncio.run(scenario())
 
 
-def test_the_loop_writes_the_measured_speed_and_clears_it_when_no_job_backs_it() -> None:
+def test_the_loop_writes_the_measured_speed_and_clears_it_when_no_workload_backs_it() -> None:
     async def scenario() -> None:
         cluster = Cluster({"fast-0": ("fast", 2), "slow-0": ("slow", 4)})
-        cluster.submit("train", gpus={"min": 3, "max": 3}, batch={"global": 60})
-        await cluster.cycle()
-        job_status = path_of("HeteroTrainJob", "team", "train", "status")
         # speeds 10 and 2 samples/ms: fast = 10/2 · 0.25 (slow's prior) = 1.25, slow = 2/10 · 1.0 = 0.2
-        measured = profile({"fast": 0.1, "slow": 0.5}).to_wire()
-        await cluster.kube.merge_patch(job_status, {"status": {"measured": measured}})
+        put_profile(cluster, "digits", {"fast": 0.1, "slow": 0.5})
 
         def status(name: str) -> dict[str, object]:
             found = cluster.kube.obj("GPUClass", "", name)
             assert found is not None
             return dict(found.get("status") or {})
 
+        await cluster.cycle()
+        assert (status("fast")["measuredSpeed"], status("fast")["measuredWorkloads"]) == (1.25, 1)
+        assert (status("slow")["measuredSpeed"], status("slow")["measuredWorkloads"]) == (0.2, 1)
+        cluster.kube.remove(("workloadprofiles", "", "digits"))
         cluster.advance(MIN_INTERVAL_SECONDS)
         await cluster.cycle()
-        assert (status("fast")["measuredSpeed"], status("fast")["measuredJobs"]) == (1.25, 1)
-        assert (status("slow")["measuredSpeed"], status("slow")["measuredJobs"]) == (0.2, 1)
-        await cluster.kube.merge_patch(job_status, {"status": {"measured": None}})
-        cluster.advance(MIN_INTERVAL_SECONDS)
-        await cluster.cycle()
-        assert "measuredSpeed" not in status("fast") and status("fast")["measuredJobs"] == 0
+        assert "measuredSpeed" not in status("fast") and status("fast")["measuredWorkloads"] == 0
 
     asyncio.run(scenario())

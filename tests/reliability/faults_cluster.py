@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import urllib3
 from kubernetes.client import ApiClient
+from tests.operator.live import OperatorProcess
 
 from hetero_operator.controller import names
+from hetero_operator.testbed.cluster import Testbed
 
 GPU = "nvidia.com/gpu"
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
@@ -324,3 +329,20 @@ def missing_workers(snapshot: Snapshot, job: str) -> set[int]:
 def generation(snapshot: Snapshot, job: str) -> int | None:
     allocation = status(snapshot.jobs[job]).get("allocation") or {}
     return allocation.get("generation") if allocation.get("workers") else None
+
+
+@contextmanager
+def operated_namespace(bed: Testbed, prefix: str, log: Path) -> Iterator[Cluster]:
+    """A fresh namespace on the bed and an operator reading the bed's Prometheus; at the end the
+    namespace's jobs are deleted, the operator stopped (its log's tail printed) and the namespace gone."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    bed.kubectl("create", "namespace", namespace)
+    operator = OperatorProcess(bed, log, extra_args=("--prometheus-url", bed.prometheus_url))
+    operator.start()
+    try:
+        yield Cluster(str(bed.kubeconfig), namespace)
+    finally:
+        bed.kubectl("delete", "htj", "--all", "-n", namespace, "--wait=false", check=False)
+        operator.stop()
+        bed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        print(f"--- operator log ---\n{operator.tail(60)}")

@@ -129,7 +129,7 @@ def test_schema_validation_rejects_a_misspelt_field(rendered: dict[str, list[Man
 def test_defaults(rendered: dict[str, list[Manifest]]) -> None:
     manifests = rendered["defaults"]
     kinds = sorted(m["kind"] for m in manifests)
-    assert kinds.count("CustomResourceDefinition") == 5
+    assert kinds.count("CustomResourceDefinition") == 6
     assert kinds.count("ConfigMap") == len(DASHBOARDS)
     for kind in ("Deployment", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding"):
         assert kinds.count(kind) == 1, kind
@@ -262,6 +262,8 @@ CLUSTER_GRANTS = {
     ("heterotrain.io", "gpuclasses/status", "patch"),
     *{("heterotrain.io", "heteroqueues", v) for v in ("get", "list", "watch")},
     ("heterotrain.io", "heteroqueues/status", "patch"),
+    *{("heterotrain.io", "workloadprofiles", v) for v in ("get", "list", "watch", "create")},
+    ("heterotrain.io", "workloadprofiles/status", "patch"),
     *{("", "nodes", v) for v in ("get", "list", "watch")},
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),

@@ -14,6 +14,14 @@ switched off by the operator, so it needs no access to namespaces or CustomResou
 - apiGroups: [heterotrain.io]
   resources: [gpuclasses/status]
   verbs: [patch]
+# The throughput catalog: one WorkloadProfile per workload key, created when the key is first
+# measured; each job's measurement written to its status; read to place and split the next job.
+- apiGroups: [heterotrain.io]
+  resources: [workloadprofiles]
+  verbs: [get, list, watch, create]
+- apiGroups: [heterotrain.io]
+  resources: [workloadprofiles/status]
+  verbs: [patch]
 # Queues: quotas and weights the scheduler reads; usage and share written to their status.
 - apiGroups: [heterotrain.io]
   resources: [heteroqueues]

@@ -1,12 +1,13 @@
-"""Each GPU class's measured speed, aggregated over the jobs that measured it (pure).
+"""Each GPU class's measured speed, aggregated over the measured profiles given (pure): the throughput
+catalog's estimates, one per workload.
 
-A job's speed on a class is its samples per millisecond of compute there: 1 / computeMsPerSample from
-its `status.measured`. One job alone says nothing about a class's absolute speed, only how its
-classes compare, so each job's ratios are put on the scale of the GPUClass priors (`relativeSpeed`):
-the job's estimate for class c is, for every other class o it measured,
-speed(c) / speed(o) · relativeSpeed(o), averaged geometrically over those o. Class c's own prior is
-never used, so a wrong prior shows as a measured speed that differs from it. The class's measured
-speed is the median of these estimates over jobs, so one odd job cannot move it far.
+A profile's speed on a class is its samples per millisecond of compute there: 1 / computeMsPerSample.
+One profile alone says nothing about a class's absolute speed, only how its classes compare, so each
+profile's ratios are put on the scale of the GPUClass priors (`relativeSpeed`): its estimate for class
+c is, for every other class o it measured, speed(c) / speed(o) · relativeSpeed(o), averaged
+geometrically over those o. Class c's own prior is never used, so a wrong prior shows as a measured
+speed that differs from it. The class's measured speed is the median of these estimates over the
+profiles, so one odd workload cannot move it far.
 """
 
 from __future__ import annotations

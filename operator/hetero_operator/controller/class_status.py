@@ -1,7 +1,7 @@
-"""`GPUClass` status: each class's usable nodes, GPUs and free GPUs, and its speed as the jobs
-measured it (`class_speed`), as `kubectl get gpuclass` shows them. Decided from the cycle's view
-(pure), written at most once per interval per class, so a burst of placements costs a few writes, not
-one per cycle."""
+"""`GPUClass` status: each class's usable nodes, GPUs and free GPUs, and its speed as the throughput
+catalog's workloads measured it (`class_speed`), as `kubectl get gpuclass` shows them. Decided from
+the cycle's view (pure), written at most once per interval per class, so a burst of placements costs a
+few writes, not one per cycle."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hetero_operator.controller.class_speed import measured_speeds
 from hetero_operator.controller.inventory import ClusterView, gpu_capacity
 from hetero_operator.controller.k8s import HETEROTRAIN, KubeClient, KubeError
-from hetero_operator.resources import GPUClassStatus, MeasuredProfile
+from hetero_operator.resources import GPUClassStatus
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,8 @@ def desired_statuses(view: ClusterView) -> dict[str, GPUClassStatus]:
     nodes: Counter[str] = Counter(
         gpu_class for name, gpu_class in view.node_class.items() if view.schedulable(view.nodes[name])
     )
-    speeds = measured_speeds(measured_profiles(view), {n: c.relative_speed for n, c in view.classes.items()})
+    priors = {n: c.relative_speed for n, c in view.classes.items()}
+    speeds = measured_speeds(view.profiles.values(), priors)
     statuses = {}
     for name, facts in view.classes.items():
         measured = speeds.get(name)
@@ -37,16 +38,10 @@ def desired_statuses(view: ClusterView) -> dict[str, GPUClassStatus]:
             gpus=capacity[name].total,
             free_gpus=capacity[name].free,
             measured_speed=measured.speed if measured is not None else None,
-            measured_jobs=measured.jobs if measured is not None else 0,
+            measured_workloads=measured.jobs if measured is not None else 0,
             observed_generation=facts.generation or None,
         )
     return statuses
-
-
-def measured_profiles(view: ClusterView) -> list[MeasuredProfile]:
-    """What every job in the view measured of itself, whatever its phase."""
-    statuses = [job.model.status for job in view.jobs.values() if job.model is not None]
-    return [status.measured for status in statuses if status is not None and status.measured is not None]
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,9 @@ def prepare(view: ClusterView, now: float, in_flight: InFlight, config: CycleCon
         checked = validated(job, arrivals.get(key, now))
         seen = job if checked == status_of(job) else job.model_copy(update={"status": checked})
         pods = view.pods_of(key)
-        observation = Observation(seen, pods, view.lost_nodes(checked.allocation), now, view.speeds())
+        observation = Observation(
+            seen, pods, view.lost_nodes(checked.allocation), now, view.job_speeds(seen, checked)
+        )
         step = reconcile(observation, config.lifecycle)
         item = JobCycle(facts, status_of(job), seen).with_status(step.status)
         item = item.then(_step_actions(item, step, view, in_flight))
@@ -243,7 +245,8 @@ def _create_generation(
     version = status.plan.version if status.plan is not None else 1
     predicted = status.plan.predicted_iteration_seconds if status.plan is not None else None
     try:
-        plan: contract.Plan = initial_plan(item.job.spec, allocation, view.speeds(), version, predicted)
+        speeds = view.job_speeds(item.job, status)
+        plan: contract.Plan = initial_plan(item.job.spec, allocation, speeds, version, predicted)
     except PlanBuildError:
         return None  # it was built when the job was placed; a later GPUClass edit broke it
     return CreateGeneration(allocation.generation, plan, view.launch_classes())
@@ -264,13 +267,16 @@ def _requests(
         pods = view.pods_of(key)
         role = scheduling_role(item.job, status, pods, now)
         under_kueue = key in kueue
+        catalog = view.workload_estimate(item.job)
         if role is Role.QUEUED:
             if not under_kueue:
-                yield job_request(item.facts, item.job, status, holding=False)
+                yield job_request(item.facts, item.job, status, holding=False, catalog=catalog)
             elif (mix := kueue[key]) is not None:
-                yield job_request(item.facts, item.job, status, holding=False, exact_mix=mix)
+                yield job_request(item.facts, item.job, status, holding=False, exact_mix=mix, catalog=catalog)
         elif role is Role.HOLDING and not view.lost_nodes(status.allocation):
             generation = status.allocation.generation if status.allocation is not None else None
             stopping = any(p.live and p.generation != generation for p in pods)
             movable = not stopping and not is_true(status, ConditionType.DRAINING) and not under_kueue
-            yield job_request(item.facts, item.job, status, holding=True, movable=movable, now=now)
+            yield job_request(
+                item.facts, item.job, status, holding=True, movable=movable, now=now, catalog=catalog
+            )

@@ -94,7 +94,7 @@ def place(
     version = status.plan.version + 1 if status.plan is not None else 1
     iteration = job.spec.batch.global_batch / predicted if predicted else None
     try:
-        plan = initial_plan(job.spec, chosen, view.speeds(), version, iteration)
+        plan = initial_plan(job.spec, chosen, view.job_speeds(job, status), version, iteration)
     except PlanBuildError as error:
         return item.with_status(plan_refused(job, f"placement refused: {error}", now)), None
     message = f"placed on {chosen.total_gpus} GPUs ({chosen.classes}), worker generation {generation}"

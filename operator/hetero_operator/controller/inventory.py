@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from hetero_operator.controller.catalog import class_speeds, known_profile, workload_key
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.launcher import ClassLaunchInfo
 from hetero_operator.controller.queue_status import snapshot_queues
@@ -25,6 +26,7 @@ from hetero_operator.kueue.facts import (
 )
 from hetero_operator.resources import Allocation as StatusAllocation
 from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
+from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.resources.parallelism import HetPipeParameters
 from hetero_operator.scheduler import (
     Allocation,
@@ -63,6 +65,7 @@ class ClusterView:
     node_class: Mapping[str, str] = field(default_factory=dict)
     kueue: KueueView = field(default_factory=KueueView)
     queues: Mapping[str, QueueFacts] = field(default_factory=dict)
+    profiles: Mapping[str, MeasuredProfile] = field(default_factory=dict)  # workload key -> estimate
 
     @classmethod
     def build(
@@ -73,6 +76,7 @@ class ClusterView:
         pods: Iterable[PodFacts],
         kueue: KueueView | None = None,
         queues: Iterable[QueueFacts] = (),
+        profiles: Mapping[str, MeasuredProfile] | None = None,
     ) -> ClusterView:
         class_map = {c.name: c for c in sorted(classes, key=lambda c: c.name)}
         node_map = {n.name: n for n in nodes}
@@ -92,6 +96,7 @@ class ClusterView:
             node_class=node_class,
             kueue=kueue or KueueView(),
             queues={q.name: q for q in sorted(queues, key=lambda q: q.name)},
+            profiles=dict(profiles or {}),
         )
 
     @classmethod
@@ -103,6 +108,7 @@ class ClusterView:
         pods: Mapping[str, Iterable[object]],
         kueue: Mapping[str, Mapping[str, Iterable[object]]] | None = None,
         queues: Mapping[str, Iterable[object]] | None = None,
+        profiles: Mapping[str, Iterable[object]] | None = None,
     ) -> ClusterView:
         return cls.build(
             (v for _, v in _flatten(classes) if isinstance(v, ClassFacts)),
@@ -111,6 +117,7 @@ class ClusterView:
             (v for _, v in _flatten(pods) if isinstance(v, PodFacts)),
             kueue_view(kueue) if kueue else None,
             (v for _, v in _flatten(queues or {}) if isinstance(v, QueueFacts)),
+            {k: v for k, v in _flatten(profiles or {}) if isinstance(v, MeasuredProfile)},
         )
 
     def with_jobs(self, jobs: Mapping[str, JobFacts]) -> ClusterView:
@@ -157,6 +164,21 @@ class ClusterView:
     def speeds(self) -> dict[str, float]:
         return {name: c.relative_speed for name, c in self.classes.items()}
 
+    def workload_estimate(self, job: HeteroTrainJob) -> MeasuredProfile | None:
+        """The throughput catalog's estimate for the job's workload key (None: never measured)."""
+        return self.profiles.get(workload_key(job.spec))
+
+    def known_profile(self, job: HeteroTrainJob, status: HeteroTrainJobStatus) -> MeasuredProfile | None:
+        """What the job's placement goes by: its own measurement, else its workload's profile."""
+        return known_profile(status.measured, self.workload_estimate(job))
+
+    def job_speeds(self, job: HeteroTrainJob, status: HeteroTrainJobStatus) -> dict[str, float]:
+        """The per-class speeds the job's first plans split by (`rebalance.initialSplit`): measured
+        ones under `auto`, where the job or its workload has measured a class; else the priors."""
+        if job.spec.rebalance.initial_split is not InitialSplit.AUTO:
+            return self.speeds()
+        return class_speeds(self.speeds(), self.known_profile(job, status))
+
     def launch_classes(self) -> dict[str, ClassLaunchInfo]:
         return {name: ClassLaunchInfo(c.resource_name, c.tolerations) for name, c in self.classes.items()}
 
@@ -197,6 +219,7 @@ def job_request(
     movable: bool = True,
     exact_mix: Mapping[str, int] | None = None,
     now: float | None = None,
+    catalog: MeasuredProfile | None = None,
 ) -> JobRequest:
     """The scheduler's view of one job. `movable`: the scheduler may resize or preempt it (not while
     it drains for an earlier decision). `exact_mix`: Kueue admitted it on exactly these GPUs per
@@ -236,7 +259,7 @@ def job_request(
         allocation_policy=policy,
         current=current,
         preemptible=movable,
-        profile=scheduler_profile(status.measured),
+        profile=scheduler_profile(known_profile(status.measured, catalog)),
         exact_mix=exact_mix,
         remaining_s=status.progress.time_left(now)
         if current is not None and status.progress is not None

@@ -30,6 +30,7 @@ PLURALS = {
     "PersistentVolumeClaim": (CORE, "persistentvolumeclaims"),
     "Event": (CORE, "events"),
     "HeteroTrainJob": (HETEROTRAIN, "heterotrainjobs"),
+    "WorkloadProfile": (HETEROTRAIN, "workloadprofiles"),
     "Workload": (KUEUE, "workloads"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
@@ -144,9 +145,15 @@ class KubeClient:
         return list((body or {}).get("items") or [])
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
-        """Create the object; False if it already exists (a repeated reconcile), which is fine."""
+        """Create the object; False if it already exists (a repeated reconcile), which is fine. An
+        object without a namespace is cluster-scoped."""
         metadata = manifest["metadata"]
-        path = path_of(str(manifest["kind"]), str(metadata["namespace"]))
+        kind = str(manifest["kind"])
+        if "namespace" in metadata:
+            path = path_of(kind, str(metadata["namespace"]))
+        else:
+            prefix, plural = PLURALS[kind]
+            path = f"{prefix}/{plural}"
         status, _ = await self._send("POST", path, body=manifest, accept=(409,))
         return status != 409
 

@@ -70,4 +70,5 @@ class Observation:
     pods: tuple[PodFacts, ...] = ()
     lost_nodes: frozenset[str] = field(default_factory=frozenset)
     now: float = 0.0
-    speeds: Mapping[str, float] = field(default_factory=dict)  # GPUClass relativeSpeed priors
+    # Per-class speeds its first plans split by: measured ones or the GPUClass priors (`job_speeds`)
+    speeds: Mapping[str, float] = field(default_factory=dict)

@@ -41,7 +41,7 @@ from hetero_operator.scheduler import SchedulerConfig, schedule
 
 log = logging.getLogger(__name__)
 
-INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods", "htj_queues")
+INDEX_NAMES = ("htj_classes", "htj_nodes", "htj_jobs", "htj_pods", "htj_queues", "htj_profiles")
 Indexes = Mapping[str, Mapping[str, Iterable[object]]]
 
 
@@ -185,6 +185,7 @@ class SchedulingLoop:
             get("htj_pods") or {},
             kueue,
             get("htj_queues") or {},
+            get("htj_profiles") or {},
         )
         return seen.with_jobs(self.statuses.overlay(seen.jobs))
 

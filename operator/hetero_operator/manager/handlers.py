@@ -31,11 +31,14 @@ from hetero_operator.resources import (
     GPUClass,
     HeteroQueue,
     InvalidResourceError,
+    MeasuredProfile,
+    WorkloadProfile,
 )
 
 JOBS = (GROUP, VERSION, "heterotrainjobs")
 CLASSES = (GROUP, VERSION, "gpuclasses")
 QUEUES = (GROUP, VERSION, "heteroqueues")
+PROFILES = (GROUP, VERSION, "workloadprofiles")
 WORKLOADS = (kueue.GROUP, kueue.VERSION, "workloads")
 
 
@@ -56,7 +59,7 @@ async def htj_nodes(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> di
     return {name: NodeFacts.from_body(body)}
 
 
-Parsed = TypeVar("Parsed", GPUClass, HeteroQueue)
+Parsed = TypeVar("Parsed", GPUClass, HeteroQueue, WorkloadProfile)
 
 
 def _parsed(kind: type[Parsed], body: kopf.Body, name: str, logger: kopf.Logger) -> Parsed | None:
@@ -84,6 +87,18 @@ async def htj_queues(
     _wake(memo)
     model = _parsed(HeteroQueue, body, name, logger)
     return None if model is None else {name: QueueFacts.from_model(model)}
+
+
+@kopf.index(*PROFILES)
+async def htj_profiles(
+    body: kopf.Body, name: str, logger: kopf.Logger, **_: Any
+) -> dict[str, MeasuredProfile] | None:
+    """The throughput catalog: each workload key's estimate. It changes as jobs measure themselves and
+    matters at the next placement, so it wakes no cycle."""
+    model = _parsed(WorkloadProfile, body, name, logger)
+    if model is None or model.status is None or model.status.estimate is None:
+        return None
+    return {model.spec.workload: model.status.estimate}
 
 
 @kopf.index("", "v1", "pods")

@@ -20,6 +20,7 @@ from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan, Strategy
 from hetero_operator.planner import PerfSample
 from hetero_operator.rebalance import promql
+from hetero_operator.rebalance.catalog_writes import record_published
 from hetero_operator.rebalance.decide import (
     RebalanceDecision,
     batch_policy,
@@ -55,6 +56,7 @@ from hetero_operator.rebalance.watch import (
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
+KIND = "HeteroTrainJob"
 
 
 class KubeWriter(Protocol):
@@ -90,14 +92,12 @@ class Rebalancer:
         return plan
 
     async def _fetch(self, job: HeteroTrainJob, version: int) -> JobMeasurements:
-        url = self.settings.prometheus_url
-        return await promql.fetch(self.http, url, job.namespace, job.name, version)
+        return await promql.fetch(self.http, self.settings.prometheus_url, job.namespace, job.name, version)
 
     async def tick(
         self, job: HeteroTrainJob, memory: JobMemory, snapshot: MetricsSnapshot | None
     ) -> RebalanceDecision | None:
-        """Once the job has run `everyEpochs` under its newest plan, rebalance. `snapshot`: every
-        job's epoch as last polled (None before the first poll)."""
+        """Once the job has run `everyEpochs` under its newest plan, rebalance (`snapshot`: epochs)."""
         if snapshot is None:
             return None
         state = MetricsState(self.client, job, self.clock)
@@ -291,8 +291,7 @@ class Rebalancer:
         return [w.gpu_class for w in workers]
 
     async def _back(self, state: MetricsState, memory: JobMemory) -> None:
-        """Prometheus answered: say the outage is over now (the next decision, which would say so
-        too, may never come once the split has settled)."""
+        """Prometheus answered: say so now (the next decision may never come once the split settled)."""
         said = said_unavailable(state.status)
         if memory.prometheus_unreachable or said:
             memory.prometheus_back_at = self.clock.monotonic()
@@ -396,5 +395,6 @@ class Rebalancer:
             message = f"plan v{new.version}: {decision.reason}"
             await self.client.create(job_event(job, "Normal", "Rebalanced", message, now))
             log.info("%s/%s: plan v%d %s", job.namespace, job.name, new.version, new.local_batches)
-        path = path_of("HeteroTrainJob", job.namespace, job.name, "status")
-        await self.client.merge_patch(path, {"status": published_status(status, current, decision, now)})
+        patch = published_status(status, current, decision, now)
+        await self.client.merge_patch(path_of(KIND, job.namespace, job.name, "status"), {"status": patch})
+        await record_published(self.client, job, patch, now)

@@ -32,7 +32,7 @@ from hetero_operator.resources.job_status import (
     Waiting,
     WorkerAllocation,
 )
-from hetero_operator.resources.objects import GPUClass, HeteroQueue, HeteroTrainJob
+from hetero_operator.resources.objects import GPUClass, HeteroQueue, HeteroTrainJob, WorkloadProfile
 from hetero_operator.resources.parallelism import (
     AllocationPolicy,
     DreamDDPParameters,
@@ -90,4 +90,5 @@ __all__ = [
     "Waiting",
     "WorkerAllocation",
     "WorkerResources",
+    "WorkloadProfile",
 ]

@@ -15,7 +15,13 @@ import yaml
 
 from hetero_operator.generated_files import generator_main, stale_names
 from hetero_operator.resources.base import GROUP, VERSION
-from hetero_operator.resources.objects import GPUClass, HeteroQueue, HeteroTrainJob, _CustomObject
+from hetero_operator.resources.objects import (
+    GPUClass,
+    HeteroQueue,
+    HeteroTrainJob,
+    WorkloadProfile,
+    _CustomObject,
+)
 from hetero_operator.resources.openapi import structural_schema
 from hetero_operator.resources.structural import structural_violations
 
@@ -55,7 +61,9 @@ JOB_COLUMNS = (
 GPU_CLASS_COLUMNS = (
     PrinterColumn("Speed", "number", ".spec.relativeSpeed", "Prior speed relative to the reference GPU."),
     PrinterColumn("Measured", "number", ".status.measuredSpeed", "Measured speed, on the prior's scale."),
-    PrinterColumn("Measured-Jobs", "integer", ".status.measuredJobs", "Jobs the measured speed comes from."),
+    PrinterColumn(
+        "Workloads", "integer", ".status.measuredWorkloads", "Workloads the measured speed comes from."
+    ),
     PrinterColumn("Memory(GiB)", "number", ".spec.memoryGiB", "Memory of one GPU."),
     PrinterColumn("Resource", "string", ".spec.resourceName", "Extended resource that counts the GPUs."),
     PrinterColumn("Nodes", "integer", ".status.nodes", "Ready, schedulable nodes of this class."),
@@ -73,6 +81,12 @@ QUEUE_COLUMNS = (
     AGE,
 )
 
+PROFILE_COLUMNS = (
+    PrinterColumn("Throughput", "string", ".status.summary", "Samples/s of compute of one GPU, per class."),
+    PrinterColumn("Jobs", "integer", ".status.jobs", "Jobs whose measurements it keeps."),
+    PrinterColumn("Updated", "date", ".status.updatedAt", "When the last measurement arrived."),
+    AGE,
+)
 _STANDARD_FIELDS = {
     "apiVersion": {
         "description": "Versioned schema of this representation of an object: heterotrain.io/v1alpha1.",
@@ -145,6 +159,7 @@ def all_crds() -> dict[str, dict[str, Any]]:
         custom_resource_definition(HeteroTrainJob, JOB_COLUMNS),
         custom_resource_definition(GPUClass, GPU_CLASS_COLUMNS),
         custom_resource_definition(HeteroQueue, QUEUE_COLUMNS),
+        custom_resource_definition(WorkloadProfile, PROFILE_COLUMNS),
     )
     return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}
 

@@ -23,7 +23,7 @@ ResourceName = Annotated[
 
 class GPUClassSpec(WireModel):
     """A kind of GPU: which nodes have it, how much memory it has and how fast it is expected to be.
-    Measured speeds replace `relativeSpeed` once a job has run on the class."""
+    A job whose workload has run on the class goes by its WorkloadProfile's measured speed instead."""
 
     node_selector: dict[str, LabelValue] = Field(
         min_length=1,
@@ -42,7 +42,7 @@ class GPUClassSpec(WireModel):
         gt=0,
         le=1000,
         description="Prior throughput relative to a reference GPU (1.0 = reference, 0.5 = half as fast), "
-        "used until measurements exist.",
+        "used for a job until it or its workload (WorkloadProfile) has measured the class.",
     )
     cost_weight: float = Field(
         default=1.0,
@@ -71,16 +71,17 @@ class GPUClassStatus(WireModel):
     measured_speed: float | None = Field(
         default=None,
         ge=0,
-        description="Measured speed on relativeSpeed's scale, from the jobs that ran on this class and on "
-        "at least one other: each job's samples/s of compute here over its samples/s on each other class "
-        "it ran on, times that class's relativeSpeed (geometric mean over those classes); the median over "
-        "jobs. This class's own prior is not used, so a value far from relativeSpeed says the prior is off. "
-        "Absent until such a job exists.",
+        description="Measured speed on relativeSpeed's scale, from the throughput catalog: each "
+        "WorkloadProfile whose estimate covers this class and at least one other rates the class by its "
+        "samples/s of compute here over its samples/s on each other class, times that class's "
+        "relativeSpeed (geometric mean over those classes); the median over workloads. This class's own "
+        "prior is not used, so a value far from relativeSpeed says the prior is off. Absent until such a "
+        "workload exists.",
     )
-    measured_jobs: int = Field(
+    measured_workloads: int = Field(
         default=0,
         ge=0,
-        description="Jobs (existing now, in any phase) over which measuredSpeed is the median.",
+        description="Workloads (WorkloadProfiles) over which measuredSpeed is the median.",
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec the status reflects."

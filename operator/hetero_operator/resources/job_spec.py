@@ -195,6 +195,7 @@ class Batch(WireModel):
 class InitialSplit(StrEnum):
     """How the first plan of an allocation splits the global batch."""
 
+    AUTO = "auto"
     PRIOR = "prior"
     EVEN = "even"
 
@@ -215,9 +216,11 @@ class Rebalance(WireModel):
         "new plan.",
     )
     initial_split: InitialSplit = Field(
-        default=InitialSplit.PRIOR,
-        description="First plan of an allocation: `prior` splits the batch by each GPUClass's "
-        "relativeSpeed; `even` gives every worker the same share and lets measurements decide.",
+        default=InitialSplit.AUTO,
+        description="First plan of an allocation: `auto` splits the batch by measured speed per GPU "
+        "class (the job's own measurement, else its workload's WorkloadProfile), by relativeSpeed for "
+        "classes neither has measured; `prior` splits by each GPUClass's relativeSpeed alone; `even` "
+        "gives every worker the same share and lets measurements decide.",
     )
 
 
@@ -336,6 +339,11 @@ SPEC_RULES = (
 )
 
 
+WorkloadKeyField = (
+    Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)] | None
+)
+
+
 class HeteroTrainJobSpec(WireModel):
     """A training job placed on a mix of GPU types: the operator picks the GPUs, starts one worker pod per
     GPU group and keeps every worker's share of the batch matched to its speed."""
@@ -357,6 +365,13 @@ class HeteroTrainJobSpec(WireModel):
         description="Extra environment variables for every worker. RANK, WORLD_SIZE, MASTER_ADDR and the "
         "plan location are set by the operator.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    workload: WorkloadKeyField = Field(
+        default=None,
+        description="Throughput-catalog key: jobs with the same key share one WorkloadProfile of measured "
+        "speeds per GPU class, which places and splits the next job with the key. Unset: derived from "
+        "image, command, args and literal env values (the image's last path part, then a hash of them). "
+        "Set it when jobs of one model differ only in arguments that do not change its speed.",
     )
     gpus: GpuRange = Field(description="How many GPUs the job may use.")
     gpu_classes: list[ObjectName] = Field(

@@ -18,6 +18,7 @@ from hetero_operator.resources.job_limits import IMMUTABLE_WHILE_RUNNING
 from hetero_operator.resources.job_spec import HeteroTrainJobSpec
 from hetero_operator.resources.job_status import HeteroTrainJobStatus
 from hetero_operator.resources.queue import HeteroQueueSpec, HeteroQueueStatus
+from hetero_operator.resources.workload_profile import WorkloadProfileSpec, WorkloadProfileStatus
 
 
 class _CustomObject(WireModel):
@@ -97,3 +98,16 @@ class HeteroQueue(_CustomObject):
     kind: Literal["HeteroQueue"] = Field(default="HeteroQueue", description="HeteroQueue")
     spec: HeteroQueueSpec
     status: HeteroQueueStatus | None = None
+
+
+class WorkloadProfile(_CustomObject):
+    """The throughput catalog's entry for one workload key: written by the operator, read by its
+    scheduler and first plans."""
+
+    PLURAL = "workloadprofiles"
+    SHORT_NAMES = ("wlp",)
+    NAMESPACED = False
+
+    kind: Literal["WorkloadProfile"] = Field(default="WorkloadProfile", description="WorkloadProfile")
+    spec: WorkloadProfileSpec
+    status: WorkloadProfileStatus | None = None

@@ -38,6 +38,7 @@ from hetero_operator.testbed.local_pods import (
     claim_pod_network,
     dns_names,
     node_slowdown,
+    node_true_speed,
     nth_pod_ip,
     pod_env,
     process_plan,
@@ -90,6 +91,7 @@ class Agent:
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.root = root
         self.speed_scale = speed_scale
+        self.true_speeds: dict[str, float | None] = {}  # per node, from its true-speed annotation
         self.pods: dict[str, RunningPod] = {}
         # Test beds can run side by side on one machine (a parallel test run, several users): each
         # agent hands out addresses from its own part of the local pod range, held while it lives.
@@ -141,6 +143,7 @@ class Agent:
         dns = self._dns(all_pods)
         node_labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes}
         slowdowns = {n.metadata.name: node_slowdown(n.metadata.annotations or {}) for n in nodes}
+        self.true_speeds = {n.metadata.name: node_true_speed(n.metadata.annotations or {}) for n in nodes}
         for pod in all_pods:
             try:
                 self._sync_pod(pod, dns, classes, node_labels)
@@ -241,7 +244,7 @@ class Agent:
             return  # a ConfigMap is not there yet; try again on the next pass
         pod_volumes.project_downward(pod_dict, running.downward)
         labels = node_labels.get(pod.spec.node_name, {})
-        relative = speed_for_node(labels, classes)
+        relative = self.true_speeds.get(pod.spec.node_name) or speed_for_node(labels, classes)
         speed = None if relative is None else relative * self.speed_scale
         port_map = self._master_port_map(pod_dict, dns)
         running.termination_log = new_termination_log(running.directory)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hetero_operator.plan import SIMULATED_SPEED_ENV
+from hetero_operator.testbed.nodes import TRUE_SPEED_ANNOTATION
 
 # Local pods get addresses from their own loopback range, apart from KWOK's fake pods. Each node agent
 # claims one part of it, so test beds running side by side never hand out the same address.
@@ -101,6 +102,15 @@ def dns_names(pod: Mapping[str, Any]) -> list[str]:
 # A node annotation that slows a local process node's simulated GPU down by this factor while its
 # pods run (a noisy neighbour, throttling): `kubectl annotate node N testbed.heterotrain.io/slowdown=2`.
 SLOWDOWN_ANNOTATION = "testbed.heterotrain.io/slowdown"
+
+
+def node_true_speed(annotations: Mapping[str, str]) -> float | None:
+    """The node's true simulated speed, or None when unset (or not a number in (0, 1])."""
+    try:
+        speed = float(annotations.get(TRUE_SPEED_ANNOTATION, ""))
+    except ValueError:
+        return None
+    return speed if 0 < speed <= 1 else None
 
 
 def node_slowdown(annotations: Mapping[str, str]) -> float:

@@ -18,6 +18,10 @@ LOCAL_NODE_LABEL = "heterotrain.io/local-process-node"
 # How a local node runs its pods: as host processes (the image ignored) or as containers of their images.
 LOCAL_RUNTIME_LABEL = "heterotrain.io/local-node-runtime"
 PROCESS_RUNTIME = "process"
+# A local process node's true simulated speed (in (0, 1]: a share of the fastest GPU's), whatever its
+# GPUClass's relativeSpeed prior says: the test bed's truth, which measurement must find. Written
+# from a node list's `speed`; without it the prior is the truth.
+TRUE_SPEED_ANNOTATION = "testbed.heterotrain.io/speed"
 CONTAINER_RUNTIME = "container"
 
 
@@ -34,6 +38,13 @@ class FakeNode(BaseModel):
         default=False,
         description="Run this node's pods on this machine instead of simulating them.",
     )
+    speed: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="For a local node: its true simulated speed, a share of the fastest GPU's, set "
+        "independently of its GPUClass's relativeSpeed prior (unset: the prior is the truth).",
+    )
     runtime: Literal["process", "container"] = Field(
         default="process",
         description="For a local node: run its pods as host processes, or as containers of their images "
@@ -44,6 +55,8 @@ class FakeNode(BaseModel):
     def _container_needs_local(self) -> FakeNode:
         if self.runtime == CONTAINER_RUNTIME and not self.local:
             raise ValueError(f"node {self.name}: runtime container needs local: true (KWOK simulates pods)")
+        if self.speed is not None and not self.local:
+            raise ValueError(f"node {self.name}: speed needs local: true (KWOK nodes run no workers)")
         return self
 
 
@@ -86,6 +99,8 @@ def node_manifest(node: FakeNode) -> dict[str, Any]:
     if node.local:
         labels[LOCAL_NODE_LABEL] = "true"
         labels[LOCAL_RUNTIME_LABEL] = node.runtime
+        if node.speed is not None:
+            metadata["annotations"][TRUE_SPEED_ANNOTATION] = f"{node.speed:g}"
     else:
         metadata["annotations"][KWOK_ANNOTATION] = "fake"
     return {
