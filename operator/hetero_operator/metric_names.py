@@ -122,6 +122,10 @@ OPERATOR_GPUS_CAPACITY = "heterotrain_operator_gpus_capacity"
 """Gauge per GPU class (label gpu_class): GPUs on Ready, schedulable nodes of the class."""
 OPERATOR_GPUS_FREE = "heterotrain_operator_gpus_free"
 """Gauge per GPU class: of the capacity, GPUs no live pod requests."""
+LABEL_WORKLOAD = "workload"
+WORKLOAD_SAMPLES_PER_SECOND = "heterotrain_workload_samples_per_second"
+"""Gauge per workload key and GPU class (labels workload, gpu_class): the throughput catalog's estimate
+of one GPU's samples/s of compute for the workload (its WorkloadProfile)."""
 JOB_PREDICTED_STEP_SECONDS = "heterotrain_job_predicted_step_seconds"
 """Gauge per job (labels namespace, heterotrain_job, plan_version): the planner's predicted time of one
 global step under the plan in effect; only the current plan version's series is kept."""

@@ -153,7 +153,13 @@ def rbac_objects(prefix: str, namespace: str) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": f"{prefix}-gpuclass-reader"},
-            "rules": [{"apiGroups": ["heterotrain.io"], "resources": ["gpuclasses"], "verbs": ["list"]}],
+            "rules": [
+                {
+                    "apiGroups": ["heterotrain.io"],
+                    "resources": ["gpuclasses", "workloadprofiles"],
+                    "verbs": ["list"],
+                }
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

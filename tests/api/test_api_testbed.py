@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import socket
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -13,10 +15,12 @@ import pytest
 from api_bed import QUEUED_MESSAGE, ApiBed, serving
 from api_cases import job_spec, two_class_pool
 from prometheus_client import CollectorRegistry, Counter
+from tests.operator.builders import profile
 
 from hetero_operator.api import ApiSettings, ApiStartError, create_app, serve
 from hetero_operator.api.health import OperatorChecks
 from hetero_operator.api.kube import KubeConnection
+from hetero_operator.controller.catalog import observe
 
 pytestmark = pytest.mark.testbed
 
@@ -116,6 +120,40 @@ def test_pools_count_what_the_running_job_holds(api_bed: ApiBed, api_url: str) -
     assert (slow["gpusTotal"], slow["gpusAllocated"], slow["gpusFree"]) == (4, 0, 4)
     assert [(n["name"], n["schedulable"]) for n in slow["nodes"]] == [(api_bed.node("slow-0"), True)]
     assert fast["relativeSpeed"] == 1.0 and slow["memoryGiB"] == 16
+
+
+def test_workloads_list_the_throughput_catalog(api_bed: ApiBed, api_url: str) -> None:
+    """A WorkloadProfile as the operator writes it (one job measured 1 and 2 ms per sample on the fast
+    and slow classes): listed as 1000 and 500 samples/s, to callers who may list WorkloadProfiles."""
+    key = f"{api_bed.prefix}-digits"
+    measured = profile({api_bed.fast: 1.0, api_bed.slow: 2.0})
+    status = observe(None, f"{api_bed.namespace}/earlier", measured, datetime(2026, 11, 28, tzinfo=UTC))
+    api_bed.testbed.apply_objects(
+        [
+            {
+                "apiVersion": "heterotrain.io/v1alpha1",
+                "kind": "WorkloadProfile",
+                "metadata": {"name": key},
+                "spec": {"workload": key},
+            }
+        ]
+    )
+    patch = json.dumps({"status": status.to_wire()})
+    api_bed.testbed.kubectl(
+        "patch", "workloadprofile", key, "--subresource=status", "--type=merge", "-p", patch
+    )
+    try:
+        response = _get(f"{api_url}/api/v1/workloads", api_bed.reader_token)
+        assert response.status_code == 200, response.text
+        item = next(i for i in response.json()["items"] if i["workload"] == key)
+        assert {t["gpuClass"]: t["samplesPerSecond"] for t in item["throughput"]} == {
+            api_bed.fast: 1000.0,
+            api_bed.slow: 500.0,
+        }
+        assert item["jobs"] == 1
+        assert _get(f"{api_url}/api/v1/workloads", api_bed.outsider_token).status_code == 403
+    finally:
+        api_bed.testbed.kubectl("delete", "workloadprofile", key, "--wait=false", check=False)
 
 
 def test_whatif_against_the_live_pool_waits_behind_the_queue(api_bed: ApiBed, api_url: str) -> None:

@@ -11,6 +11,7 @@ from api_cases import job_spec, two_class_pool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from tests.operator.builders import profile
 
 from hetero_operator.api.models import PoolSpec, WhatIfRequest, WhatIfResult
 from hetero_operator.api.whatif import pool_snapshot, unused_key, what_if
@@ -51,6 +52,27 @@ def test_a_small_job_goes_to_the_fast_class_with_a_plan_that_covers_every_worker
     assert result.predicted_samples_per_second is not None and result.predicted_samples_per_second > 0
     assert result.predicted_iteration_seconds == pytest.approx(128 / result.predicted_samples_per_second)
     assert result.plan.predicted_iteration_seconds == pytest.approx(result.predicted_iteration_seconds)
+
+
+def test_a_job_of_a_measured_workload_is_placed_and_split_as_the_catalog_measured_it() -> None:
+    """The priors say slow is a quarter of fast; the workload measured it at half (1 and 2 ms per
+    sample): four GPUs of each class are split 2 : 1 per GPU, not 4 : 1. Another workload keeps 4 : 1."""
+    catalog = {"digits": profile({"fast": 1.0, "slow": 2.0})}
+    pool = two_class_pool(4, 4)
+    for workload, per_gpu in (
+        ("digits", [100, 100, 100, 100, 50, 50, 50, 50]),
+        ("other", [128] * 4 + [32] * 4),
+    ):
+        request = _request(
+            {
+                **job_spec(8, 8, classes=["fast", "slow"], global_batch=600 if workload == "digits" else 640),
+                "workload": workload,
+            },
+            pool,
+        )
+        assert request.pool is not None
+        result = what_if(request, pool_snapshot(request.pool), _speeds(request), "request", catalog=catalog)
+        assert result.plan is not None and result.plan.local_batches == per_gpu, (workload, result.plan)
 
 
 def test_the_answer_is_exactly_what_one_scheduler_cycle_decides() -> None:

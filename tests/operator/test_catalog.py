@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 from tests.operator.builders import job, job_body, profile, put_profile
 from tests.operator.inprocess import Cluster
 
@@ -21,6 +22,8 @@ from hetero_operator.controller.catalog import (
     weighted_median,
     workload_key,
 )
+from hetero_operator.controller.metrics import OperatorMetrics
+from hetero_operator.metric_names import WORKLOAD_SAMPLES_PER_SECOND
 from hetero_operator.rebalance.catalog_writes import PROFILES, record_measurement
 from hetero_operator.resources import HeteroTrainJob, WorkloadProfile
 from hetero_operator.resources.base import DNS_LABEL_PATTERN
@@ -172,3 +175,14 @@ def test_a_job_whose_workload_was_measured_is_split_by_the_measurement_not_the_p
     assert first_split("digits", initialSplit="prior") == [208, 52]  # 260 split 1 : 0.25
     assert first_split("never-measured") == [208, 52]
     assert first_split("digits", initialSplit="even") == [130, 130]
+
+
+def test_the_operator_exports_each_workloads_speed_per_class() -> None:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    metrics.set_catalog({"digits": profile({"fast": 1.0, "slow": 4.0})})
+    sample = registry.get_sample_value
+    assert sample(WORKLOAD_SAMPLES_PER_SECOND, {"workload": "digits", "gpu_class": "fast"}) == 1000.0
+    assert sample(WORKLOAD_SAMPLES_PER_SECOND, {"workload": "digits", "gpu_class": "slow"}) == 250.0
+    metrics.set_catalog({})  # the profile was deleted: its series go
+    assert sample(WORKLOAD_SAMPLES_PER_SECOND, {"workload": "digits", "gpu_class": "fast"}) is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -38,17 +38,20 @@ from hetero_operator.api.models import (
     Readiness,
     WhatIfRequest,
     WhatIfResult,
+    WorkloadList,
 )
-from hetero_operator.api.pools import pools
+from hetero_operator.api.pools import pools, workload_summaries
 from hetero_operator.api.settings import ApiSettings
 from hetero_operator.api.whatif import WhatIfError, pool_snapshot, what_if
 from hetero_operator.controller.facts import JobFacts
+from hetero_operator.resources import MeasuredProfile
 from hetero_operator.resources.base import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from hetero_operator.scheduler import SnapshotError
 
 API_PREFIX = "/api/v1"
 JOBS = "heterotrainjobs"
 CLASSES = "gpuclasses"
+PROFILES = "workloadprofiles"
 
 UNAUTHENTICATED = {"model": Problem, "description": "No bearer token, or the API server rejected it."}
 FORBIDDEN = {"model": Problem, "description": "RBAC does not allow the caller this read."}
@@ -193,6 +196,13 @@ def _pools_and_jobs(app: FastAPI) -> None:
         view = await read_view(kube)
         return PoolList(pools=pools(live_snapshot(view, time.time())))
 
+    @app.get(f"{API_PREFIX}/workloads", response_model=WorkloadList, responses=GUARDED, tags=["pools"])
+    async def list_workloads(caller: CallerDep, access: AccessDep, kube: KubeDep) -> WorkloadList:
+        """The throughput catalog: per workload key, the samples/s of one GPU of each class its jobs
+        measured, how many jobs it keeps and when the last arrived. Needs `list workloadprofiles`."""
+        await authorize(access, caller, Permission("list", PROFILES))
+        return WorkloadList(items=workload_summaries(await kube.workload_profiles()))
+
     @app.get(f"{API_PREFIX}/jobs", response_model=JobList, responses=GUARDED, tags=["jobs"])
     async def list_jobs(
         caller: CallerDep, access: AccessDep, kube: KubeDep, namespace: NamespaceQuery = None
@@ -236,6 +246,7 @@ def _what_if(app: FastAPI, settings: ApiSettings) -> None:
             needed.append(Permission("list", CLASSES))
         await authorize(access, caller, *needed)
         source: PoolSource
+        catalog: Mapping[str, MeasuredProfile] = {}
         if request.pool is not None:
             try:
                 base = pool_snapshot(request.pool)
@@ -246,9 +257,12 @@ def _what_if(app: FastAPI, settings: ApiSettings) -> None:
         else:
             view = await read_view(kube)
             base, speeds, source = live_snapshot(view, time.time()), view.speeds(), "live"
+            catalog = view.profiles
         try:
             # A cycle over a large pool takes a while: keep the event loop (and the operator) free.
-            return await asyncio.to_thread(what_if, request, base, speeds, source, settings.scheduler)
+            return await asyncio.to_thread(
+                what_if, request, base, speeds, source, settings.scheduler, catalog
+            )
         except WhatIfError as error:
             raise _invalid("spec", error) from None
 

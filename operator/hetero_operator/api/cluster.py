@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hetero_operator.api.kube import KubeReader
+from hetero_operator.controller.catalog import estimates, valid_profiles
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts
 from hetero_operator.controller.inventory import ClusterView, build_snapshot, job_request
 from hetero_operator.controller.lifecycle import Role, scheduling_role
@@ -38,21 +39,24 @@ def view_from_bodies(
     nodes: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
+    profiles: Iterable[Mapping[str, Any]] = (),
 ) -> ClusterView:
     return ClusterView.build(
         class_facts(classes),
         (NodeFacts.from_body(body) for body in nodes),
         (JobFacts.from_body(body) for body in jobs),
         (PodFacts.from_body(body) for body in pods),
+        profiles=estimates(valid_profiles(profiles)),
     )
 
 
 async def read_view(kube: KubeReader) -> ClusterView:
-    """GPUClasses, nodes, every HeteroTrainJob and every live pod, read concurrently."""
-    classes, nodes, jobs, pods = await asyncio.gather(
-        kube.gpu_classes(), kube.nodes(), kube.jobs(), kube.live_pods()
+    """GPUClasses, nodes, every HeteroTrainJob, every live pod and the throughput catalog, read
+    concurrently."""
+    classes, nodes, jobs, pods, profiles = await asyncio.gather(
+        kube.gpu_classes(), kube.nodes(), kube.jobs(), kube.live_pods(), kube.workload_profiles()
     )
-    return view_from_bodies(classes, nodes, jobs, pods)
+    return view_from_bodies(classes, nodes, jobs, pods, profiles)
 
 
 def job_requests(view: ClusterView) -> list[JobRequest]:
@@ -66,10 +70,11 @@ def job_requests(view: ClusterView) -> list[JobRequest]:
             continue
         status = facts.model.status or HeteroTrainJobStatus()
         role = scheduling_role(facts.model, status, view.pods_of(key))
+        catalog = view.workload_estimate(facts.model)
         if role is Role.QUEUED:
-            requests.append(job_request(facts, facts.model, status, holding=False))
+            requests.append(job_request(facts, facts.model, status, holding=False, catalog=catalog))
         elif role is Role.HOLDING and not _off_snapshot(view, status):
-            requests.append(job_request(facts, facts.model, status, holding=True))
+            requests.append(job_request(facts, facts.model, status, holding=True, catalog=catalog))
     return requests
 
 

@@ -167,6 +167,9 @@ class KubeReader:
     async def nodes(self) -> list[dict[str, Any]]:
         return await self.list_items(f"{CORE}/nodes")
 
+    async def workload_profiles(self) -> list[dict[str, Any]]:
+        return await self.list_items(f"{HETEROTRAIN}/workloadprofiles")
+
     async def live_pods(self) -> list[dict[str, Any]]:
         return await self.list_items(f"{CORE}/pods", {"fieldSelector": LIVE_PODS})
 

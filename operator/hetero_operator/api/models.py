@@ -26,6 +26,7 @@ from hetero_operator.resources import (
     Waiting,
 )
 from hetero_operator.resources.base import DNS_LABEL_PATTERN, MAX_GPU_CLASSES, ObjectName
+from hetero_operator.resources.workload_profile import ClassThroughput
 
 MAX_POOL_NODES = 512
 MAX_GPUS_PER_NODE = 64
@@ -80,6 +81,19 @@ class GPUPool(ApiModel):
 
 class PoolList(ApiModel):
     pools: list[GPUPool]
+
+
+class WorkloadSummary(ApiModel):
+    """One WorkloadProfile of the throughput catalog."""
+
+    workload: str
+    throughput: list[ClassThroughput] = Field(description="Samples/s of compute of one GPU, per class.")
+    jobs: int = Field(ge=0, description="Jobs whose latest measurement the profile keeps.")
+    updated_at: datetime | None = Field(default=None, description="When the last measurement arrived.")
+
+
+class WorkloadList(ApiModel):
+    items: list[WorkloadSummary]
 
 
 # --- jobs ----------------------------------------------------------------------------------------

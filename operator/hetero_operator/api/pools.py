@@ -1,10 +1,14 @@
-"""Per-GPUClass capacity, computed from the scheduler's snapshot with the scheduler's own bookkeeping."""
+"""Per-GPUClass capacity, computed from the scheduler's snapshot with the scheduler's own bookkeeping;
+and the throughput catalog's workloads, as the API lists them."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from hetero_operator.api.models import GPUPool, PoolNode
+from hetero_operator.api.models import GPUPool, PoolNode, WorkloadSummary
+from hetero_operator.controller.catalog import valid_profiles
 from hetero_operator.scheduler import Snapshot
 from hetero_operator.scheduler.free_index import ClusterState
 
@@ -42,4 +46,17 @@ def pools(snapshot: Snapshot) -> list[GPUPool]:
             gpus_free=sum(n.gpus_free for n in by_class[c.name]),
         )
         for c in ordered
+    ]
+
+
+def workload_summaries(bodies: Iterable[Mapping[str, Any]]) -> list[WorkloadSummary]:
+    """One entry per valid WorkloadProfile, by workload key."""
+    return [
+        WorkloadSummary(
+            workload=profile.spec.workload,
+            throughput=profile.status.throughput if profile.status is not None else [],
+            jobs=profile.status.jobs if profile.status is not None else 0,
+            updated_at=profile.status.updated_at if profile.status is not None else None,
+        )
+        for profile in valid_profiles(bodies)
     ]

@@ -17,12 +17,14 @@ from hetero_operator.api.models import (
     WhatIfRequest,
     WhatIfResult,
 )
+from hetero_operator.controller.catalog import class_speeds, workload_key
 from hetero_operator.controller.decision_effects import status_allocation
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import job_request
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
 from hetero_operator.controller.wait_reasons import class_wait
-from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
+from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
+from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.scheduler import (
     Decisions,
     GPUClassInfo,
@@ -71,9 +73,10 @@ def unused_key(namespace: str, name: str, taken: set[str]) -> str:
 
 
 def hypothetical_job(
-    request: WhatIfRequest, key: str, created_at: float
+    request: WhatIfRequest, key: str, created_at: float, catalog: MeasuredProfile | None = None
 ) -> tuple[HeteroTrainJob, JobRequest]:
-    """The job as the operator would parse it on arrival, and its scheduler request."""
+    """The job as the operator would parse it on arrival, and its scheduler request (`catalog`: its
+    workload's measured profile, when the throughput catalog has one)."""
     namespace, _, name = key.partition("/")
     job = HeteroTrainJob(metadata={"namespace": namespace, "name": name}, spec=request.spec)
     facts = JobFacts(
@@ -86,7 +89,7 @@ def hypothetical_job(
         model=job,
     )
     try:
-        return job, job_request(facts, job, HeteroTrainJobStatus(), holding=False)
+        return job, job_request(facts, job, HeteroTrainJobStatus(), holding=False, catalog=catalog)
     except SnapshotError as error:
         raise WhatIfError(f"spec: {error}") from None
 
@@ -111,10 +114,15 @@ def what_if(
     speeds: Mapping[str, float],
     pool_label: PoolSource,
     config: SchedulerConfig | None = None,
+    catalog: Mapping[str, MeasuredProfile] | None = None,
 ) -> WhatIfResult:
-    """Add the job to ``base`` as its newest arrival and run one scheduling cycle."""
+    """Add the job to ``base`` as its newest arrival and run one scheduling cycle. ``catalog``: the
+    throughput catalog's estimates by workload key, which place and split the job as the operator would."""
     key = unused_key(request.namespace, request.name, {job.key for job in base.jobs})
-    job, job_req = hypothetical_job(request, key, created_at=base.now)
+    estimate = (catalog or {}).get(workload_key(request.spec))
+    job, job_req = hypothetical_job(request, key, created_at=base.now, catalog=estimate)
+    if request.spec.rebalance.initial_split is InitialSplit.AUTO:
+        speeds = class_speeds(speeds, estimate)
     try:
         with_job = Snapshot(base.classes, base.nodes, (*base.jobs, job_req), base.now)
     except SnapshotError as error:

@@ -235,7 +235,7 @@ def whatif_command(
 
     view, snapshot = _read(kubeconfig, context, live)
     try:
-        result = what_if(request, snapshot, view.speeds(), "live")
+        result = what_if(request, snapshot, view.speeds(), "live", catalog=view.profiles)
     except WhatIfError as error:
         raise _fail(f"invalid job in {spec_file}: {error}", INVALID_INPUT) from None
     if output is Output.JSON:

@@ -17,8 +17,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
-from hetero_operator.resources import HeteroTrainJobSpec, MeasuredClass, MeasuredProfile
+from hetero_operator.resources import (
+    HeteroTrainJobSpec,
+    InvalidResourceError,
+    MeasuredClass,
+    MeasuredProfile,
+    WorkloadProfile,
+)
 from hetero_operator.resources.workload_profile import (
     MAX_OBSERVATIONS,
     ClassThroughput,
@@ -153,3 +160,23 @@ def class_speeds(priors: Mapping[str, float], known: MeasuredProfile | None) -> 
         return dict(priors)
     scale = math.exp(sum(ratios) / len(ratios))
     return {**priors, **{name: speed / scale for name, speed in measured.items()}}
+
+
+def valid_profiles(bodies: Iterable[Mapping[str, Any]]) -> list[WorkloadProfile]:
+    """The WorkloadProfiles among API bodies that parse (an invalid one is left out), by key."""
+    profiles = []
+    for body in bodies:
+        try:
+            profiles.append(WorkloadProfile.from_k8s(dict(body)))
+        except InvalidResourceError:
+            continue
+    return sorted(profiles, key=lambda p: p.spec.workload)
+
+
+def estimates(profiles: Iterable[WorkloadProfile]) -> dict[str, MeasuredProfile]:
+    """Each profile's estimate by workload key (profiles not measured yet left out)."""
+    return {
+        p.spec.workload: p.status.estimate
+        for p in profiles
+        if p.status is not None and p.status.estimate is not None
+    }

@@ -8,8 +8,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from hetero_operator import metric_names as names
 from hetero_operator.controller.actions import CyclePlan
+from hetero_operator.controller.catalog import samples_per_second
 from hetero_operator.controller.inventory import ClassCapacity, ClusterView, gpu_capacity
-from hetero_operator.resources import HeteroQueueStatus
+from hetero_operator.resources import HeteroQueueStatus, MeasuredProfile
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 PLACEMENT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -65,6 +66,12 @@ class OperatorMetrics:
             [names.LABEL_GPU_CLASS],
             registry=r,
         )
+        self.workload_speed = Gauge(
+            names.WORKLOAD_SAMPLES_PER_SECOND,
+            "The throughput catalog: samples/s of compute of one GPU, per workload and class.",
+            [names.LABEL_WORKLOAD, names.LABEL_GPU_CLASS],
+            registry=r,
+        )
         self.predicted_step_seconds = Gauge(
             names.JOB_PREDICTED_STEP_SECONDS,
             "The planner's predicted time of one global step under the plan in effect.",
@@ -113,6 +120,13 @@ class OperatorMetrics:
     def set_gpu_capacity(self, capacity: Mapping[str, ClassCapacity]) -> None:
         _set_all(self.gpus_capacity, {name: c.total for name, c in capacity.items()})
         _set_all(self.gpus_free, {name: c.free for name, c in capacity.items()})
+
+    def set_catalog(self, profiles: Mapping[str, MeasuredProfile]) -> None:
+        """Every workload's estimate per class, replacing the last (a deleted profile's series go)."""
+        self.workload_speed.clear()
+        for workload, profile in profiles.items():
+            for measured in profile.classes:
+                self.workload_speed.labels(workload, measured.gpu_class).set(samples_per_second(measured))
 
     def set_predicted_step(self, namespace: str, job: str, plan_version: int, seconds: float | None) -> None:
         """The prediction of the job's plan in effect. The previous version's series is removed, so a
@@ -176,3 +190,4 @@ def export_cycle(metrics: OperatorMetrics, plan: CyclePlan, view: ClusterView) -
     metrics.set_gpus_allocated(plan.decisions.metrics.gpus_allocated)
     # Capacity changes with nodes and pods; their index events wake a cycle, so it is current here.
     metrics.set_gpu_capacity(gpu_capacity(view))
+    metrics.set_catalog(view.profiles)

@@ -203,6 +203,25 @@ def gpu_pools() -> Dashboard:
                 "none",
             )
         )
+        .with_row(row("Throughput catalog"))
+        .with_panel(
+            time_series(
+                "Measured throughput per workload and class",
+                "Samples/s of compute of one GPU, per workload key and GPU class, as the throughput "
+                "catalog (WorkloadProfiles) estimates it from the jobs that ran: what new jobs of the "
+                "workload are placed and first split by.",
+                [
+                    Query(
+                        q.summed(
+                            names.WORKLOAD_SAMPLES_PER_SECOND, (names.LABEL_WORKLOAD, names.LABEL_GPU_CLASS)
+                        ),
+                        "{{workload}} {{gpu_class}}",
+                    )
+                ],
+                "none",
+                width=FULL_WIDTH,
+            )
+        )
         .with_row(row("Scheduling latency"))
         .with_panel(
             time_series(
