@@ -40,13 +40,17 @@ _NOT_KEY_CHARACTERS = re.compile(r"[^a-z0-9]+")
 
 def workload_key(spec: HeteroTrainJobSpec) -> str:
     """`spec.workload`, else the image's last path part (tag and digest dropped) and a hash of the
-    image, command, args and literal env values: the same code run the same way is the same workload."""
+    image, command, args, literal env values and strategy: the same code run the same way is the same
+    workload (a pipeline measures stages, not whole models, so the strategy is part of the way)."""
     if spec.workload:
         return spec.workload
     name = spec.image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
     prefix = _NOT_KEY_CHARACTERS.sub("-", name.lower()).strip("-")[:_KEY_PREFIX_LENGTH].strip("-")
     env = sorted((e.name, e.value) for e in spec.env if e.value is not None)
-    identity = json.dumps([spec.image, list(spec.command), list(spec.args), env], separators=(",", ":"))
+    strategy = spec.parallelism.strategy.value
+    identity = json.dumps(
+        [spec.image, list(spec.command), list(spec.args), env, strategy], separators=(",", ":")
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
     return f"{prefix}-{digest}" if prefix else digest
 

@@ -370,7 +370,8 @@ class HeteroTrainJobSpec(WireModel):
         default=None,
         description="Throughput-catalog key: jobs with the same key share one WorkloadProfile of measured "
         "speeds per GPU class, which places and splits the next job with the key. Unset: derived from "
-        "image, command, args and literal env values (the image's last path part, then a hash of them). "
+        "image, command, args, literal env values and strategy (the image's last path part, then a hash "
+        "of them). "
         "Set it when jobs of one model differ only in arguments that do not change its speed.",
     )
     gpus: GpuRange = Field(description="How many GPUs the job may use.")
