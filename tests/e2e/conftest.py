@@ -11,7 +11,7 @@ from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.nodes import load_node_list
 from hetero_operator.testbed.versions import REPO_ROOT
 
-DEMO_NODES = REPO_ROOT / "examples" / "demo" / "nodes.yaml"
+DEMO_NODES = REPO_ROOT / "tests" / "e2e" / "nodes.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """The demo's three process nodes, with Kueue running: unlabelled jobs must behave as without it."""
     testbed = Testbed(tmp_path_factory.mktemp("preemption-bed"))
     try:
-        testbed.up(load_node_list(REPO_ROOT / "examples" / "demo" / "nodes.yaml"))
+        testbed.up(load_node_list(REPO_ROOT / "tests" / "e2e" / "nodes.yaml"))
         testbed.kubectl("apply", "-f", str(REPO_ROOT / "examples" / "gpuclasses.yaml"))
         kueue.start(testbed)
         yield testbed

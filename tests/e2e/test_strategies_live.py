@@ -85,7 +85,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """The demo's three process nodes and a second slow one: a four-worker job spans three speeds."""
-    nodes = load_node_list(REPO_ROOT / "examples" / "demo" / "nodes.yaml")
+    nodes = load_node_list(REPO_ROOT / "tests" / "e2e" / "nodes.yaml")
     slow = next(node for node in nodes.nodes if node.gpu_class == "slow")
     nodes.nodes.append(FakeNode.model_validate({**slow.model_dump(by_alias=True), "name": "local-slow-2"}))
     with bed_of(tmp_path_factory.mktemp("strategies-bed"), nodes) as testbed:

@@ -43,7 +43,7 @@ def fault_nodes(local: bool) -> NodeList:
         )
         for index in range(FAKE_NODES)
     ]
-    demo = NodeList.model_validate(yaml.safe_load((REPO / "examples" / "demo" / "nodes.yaml").read_text()))
+    demo = NodeList.model_validate(yaml.safe_load((REPO / "tests" / "e2e" / "nodes.yaml").read_text()))
     return NodeList(nodes=[*fake, *(demo.nodes if local else [])])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_operator.demo.report import EpochRow, control_comparison, rank_speeds
+from hetero_operator.demo.report import EpochRow, baseline_comparison, control_comparison, rank_speeds
 
 
 def row(epoch: int, samples_per_second: float) -> EpochRow:
@@ -38,3 +38,33 @@ def test_rank_speeds_need_every_rank_and_keep_each_in_its_place() -> None:
     assert rank_speeds([400, 200, 100], {0: 1.0, 1: 0.0, 2: 1.0}) is None
     assert rank_speeds([], {}) is None
     assert rank_speeds([400, 200, 100], {0: 0.5, 1: 1.0, 2: 2.0}) == [800.0, 200.0, 50.0]
+
+
+def test_the_ideal_over_each_baseline_is_what_the_measured_speeds_allow_over_its_split() -> None:
+    # Worked by hand, speeds 400 : 200 : 60 samples/s (sum 660): every worker busy takes 1/660 s a
+    # sample. The fastest alone takes 1/400 (ideal 1.65x); the priors' 4 : 2 : 1 waits for the slow
+    # worker's 1/7 at 60 (1/420, ideal 1.571x); the even split for a third at 60 (1/180, ideal 3.667x).
+    own = {"fast": 400.0, "medium": 200.0, "slow": 60.0}
+    control = [row(1, 300.0), row(2, 400.0), row(3, 400.0), row(4, 400.0)]
+    job = [row(1, 420.0), row(2, 600.0), row(3, 600.0), row(4, 600.0)]
+    cases = {
+        "fastest": ({"fast": 1.0}, 660 / 400),
+        "prior": ({"fast": 4 / 7, "medium": 2 / 7, "slow": 1 / 7}, 660 / 420),
+        "even": (dict.fromkeys(own, 1 / 3), 660 / 180),
+    }
+    for name, (shares, ideal) in cases.items():
+        measured = {node: own[node] for node in shares}  # the baseline paced to the same base
+        compared = baseline_comparison(job, control, measured, own, shares)
+        assert compared["ideal_speedup"] == pytest.approx(ideal), name
+        assert compared["base_ratio"] == pytest.approx(1.0)
+        assert compared["speedup"] == pytest.approx(1.5), name  # 600 over the baseline's steady 400
+        assert compared["of_ideal"] == pytest.approx(1.5 / ideal), name
+
+
+def test_a_baseline_on_a_node_the_job_never_measured_claims_no_ideal() -> None:
+    compared = baseline_comparison(
+        [row(1, 600.0)], [row(1, 400.0)], {"gone": 100.0}, {"fast": 400.0}, {"gone": 1.0}
+    )
+    assert (
+        compared["ideal_speedup"] is None and compared["of_ideal"] is None and compared["base_ratio"] is None
+    )

@@ -1,8 +1,11 @@
 """`make demo`: the whole loop on this machine.
 
-A test bed with three local process nodes (speeds 1, 0.5 and 0.25), the operator, and the digits
-example as a HeteroTrainJob. While it trains, a live view shows epochs, per-worker local batches,
-throughput and rebalances; at the end a report and a plot go to `demo-output/`.
+A test bed with three local process nodes (GPU classes whose priors say 1, 0.5 and 0.25; the model
+truly runs at the speeds `examples/demo/nodes.yaml` sets on them), the operator, and the digits
+example as a HeteroTrainJob with the product's defaults, after three baselines of the same job with
+rebalancing off (even split, priors' split, fastest GPU alone). While it trains, a live view shows
+epochs, per-worker local batches, throughput and rebalances; at the end a report and a plot go to
+`demo-output/`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rich.table import Table
 from hetero_operator import metric_names as names
 from hetero_operator.demo.report import (
     EpochRow,
+    baseline_comparison,
     build_report,
     control_comparison,
     epoch_rows,
@@ -54,7 +58,7 @@ class DemoSettings:
     root: Path | None = None
     # Credentials of the operator (default: the test bed's admin), e.g. a ServiceAccount's token.
     operator_kubeconfig: Path | None = None
-    # Epochs of the control run before the job (the same job with rebalancing off); 0: none.
+    # Epochs of each baseline run before the job (the same job with rebalancing off); 0: none.
     control_epochs: int = 4
 
 
@@ -173,6 +177,8 @@ def prepare(testbed: Testbed, job: dict[str, Any]) -> None:
     testbed.kubectl("create", "namespace", job["metadata"]["namespace"], check=False)
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     testbed.kubectl("delete", "htj", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+    # A fresh catalog: the job starts from the priors, as a first job of its workload does.
+    testbed.kubectl("delete", "workloadprofiles", "--all", "--ignore-not-found")
 
 
 @dataclass
@@ -221,13 +227,60 @@ def follow(
     return Followed(state, plans, epoch_rows(progress_lines(testbed, name, submitted), plans), running)
 
 
-def control_job(job: dict[str, Any], epochs: int) -> dict[str, Any]:
-    """The same job on the same nodes with rebalancing off: the even split a user would otherwise run."""
-    control = copy.deepcopy(job)
-    control["metadata"]["name"] = f"{job['metadata']['name']}-control"
-    control["spec"]["epochs"] = epochs
-    control["spec"]["rebalance"] = {**control["spec"].get("rebalance", {}), "enabled": False}
-    return control
+def baseline_jobs(job: dict[str, Any], epochs: int, fastest_class: str) -> dict[str, dict[str, Any]]:
+    """What a user would run instead, each the same job on the same nodes with rebalancing off: the
+    even split, the split the GPUClass priors give (the product's default without measurement), and
+    the fastest GPU alone."""
+
+    def variant(suffix: str, **spec: Any) -> dict[str, Any]:
+        baseline = copy.deepcopy(job)
+        baseline["metadata"]["name"] = f"{job['metadata']['name']}-{suffix}"
+        baseline["spec"]["epochs"] = epochs
+        split = spec.pop("initial_split")
+        baseline["spec"]["rebalance"] = {
+            **job["spec"].get("rebalance", {}),
+            "enabled": False,
+            "initialSplit": split,
+        }
+        baseline["spec"].update(spec)
+        return baseline
+
+    return {
+        "even": variant("even", initial_split="even"),
+        "prior": variant("prior", initial_split="prior"),
+        "fastest_alone": variant(
+            "fastest", initial_split="prior", gpus={"min": 1, "max": 1}, gpuClasses=[fastest_class]
+        ),
+    }
+
+
+def fastest_class(testbed: Testbed, job: dict[str, Any]) -> str:
+    """The job's GPU class with the highest relativeSpeed: the GPU a user would keep."""
+    classes = json.loads(testbed.kubectl("get", "gpuclasses", "-o", "json").stdout)["items"]
+    allowed = set(job["spec"].get("gpuClasses") or [])
+    speeds = {c["metadata"]["name"]: float(c["spec"]["relativeSpeed"]) for c in classes}
+    return max((name for name in speeds if not allowed or name in allowed), key=lambda name: speeds[name])
+
+
+def node_speeds(testbed: Testbed, followed: Followed, name: str) -> dict[str, float]:
+    """Each node's samples/s of compute under the run's first plan, by the run's allocation."""
+    split = followed.plans.get(1, [])
+    speeds = measured_speeds(testbed.prometheus_url, name, split, followed.running_first_plan)
+    workers = ((followed.state.get("status") or {}).get("allocation") or {}).get("workers") or []
+    nodes = {int(w["rank"]): str(w["node"]) for w in workers}
+    return {nodes[rank]: v for rank, v in enumerate(speeds) if rank in nodes}
+
+
+def split_shares(followed: Followed) -> dict[str, float]:
+    """Each node's share of the global batch under the run's first plan."""
+    split = followed.plans.get(1, [])
+    workers = ((followed.state.get("status") or {}).get("allocation") or {}).get("workers") or []
+    total = sum(split)
+    return {
+        str(w["node"]): split[int(w["rank"])] / total
+        for w in workers
+        if total and int(w["rank"]) < len(split)
+    }
 
 
 def measured_speeds(
@@ -253,41 +306,44 @@ def run_demo(
     job: dict[str, Any] | None = None,
     on_tick: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the job to the end (or the timeout) under a fresh operator, after its control run (the
-    same job with rebalancing off) when `settings.control_epochs`; `on_tick` sees every poll."""
+    """Run the job to the end (or the timeout) under a fresh operator, after its baselines (the same
+    job with rebalancing off: even split, prior split, fastest GPU alone) when
+    `settings.control_epochs`; `on_tick` sees every poll of the job."""
     owned = testbed is None
     testbed = testbed or Testbed(settings.root or cache_root() / "clusters" / "demo")
     output = settings.output
     output.mkdir(parents=True, exist_ok=True)
     job = job or demo_job()
-    control = control_job(job, settings.control_epochs) if settings.control_epochs else None
     with console.status("starting the test bed (the first run builds it: minutes)"):
         prepare(testbed, job)
-        if control is not None:
-            prepare(testbed, control)
+        fastest = fastest_class(testbed, job)
+        baselines = baseline_jobs(job, settings.control_epochs, fastest) if settings.control_epochs else {}
+        for baseline in baselines.values():
+            prepare(testbed, baseline)
     console.print(f"test bed up: API server {testbed.apiserver_url}, Prometheus {testbed.prometheus_url}")
     report: dict[str, Any] = {}
     try:
         with operator_process(testbed, testbed.root / "logs" / "operator.log", settings.operator_kubeconfig):
-            compared = None
-            if control is not None:
-                console.print("control run: the same job with rebalancing off")
-                baseline = follow(testbed, control, console, settings.timeout_seconds)
-                control_name, split = control["metadata"]["name"], baseline.plans.get(1, [])
-                at = baseline.running_first_plan
-                speeds = measured_speeds(testbed.prometheus_url, control_name, split, at)
-                compared = (baseline.rows, speeds)
+            ran: dict[str, Followed] = {}
+            for kind, baseline in baselines.items():
+                console.print(f"baseline: the same job with rebalancing off, {kind.replace('_', ' ')}")
+                ran[kind] = follow(testbed, baseline, console, settings.timeout_seconds)
             followed = follow(testbed, job, console, settings.timeout_seconds, on_tick)
             status = followed.state.get("status") or {}
             report = build_report(followed.rows, status.get("rebalances") or [])
-            if compared is not None:
-                own = measured_speeds(
-                    testbed.prometheus_url,
-                    job["metadata"]["name"],
-                    followed.plans.get(1, []),
-                    followed.running_first_plan,
-                )
-                report["control"] = control_comparison(followed.rows, *compared, own)
+            if ran:
+                own = node_speeds(testbed, followed, job["metadata"]["name"])
+                report["baselines"] = {
+                    kind: baseline_comparison(
+                        followed.rows,
+                        run.rows,
+                        node_speeds(testbed, run, baselines[kind]["metadata"]["name"]),
+                        own,
+                        split_shares(run),
+                    )
+                    for kind, run in ran.items()
+                }
+                report["control"] = even_control(testbed, ran["even"], baselines["even"], followed, job)
             report.update(phase=status.get("phase"), status=status, prometheus=testbed.prometheus_url)
             (output / "report.json").write_text(json.dumps(report, indent=2))
             if followed.rows:
@@ -296,6 +352,22 @@ def run_demo(
         if owned and not settings.keep_cluster:
             testbed.down()
     return report
+
+
+def even_control(
+    testbed: Testbed, run: Followed, baseline: dict[str, Any], followed: Followed, job: dict[str, Any]
+) -> dict[str, Any]:
+    """The job against the even split by rank, as the slowdown's recovery reads it."""
+    control = measured_speeds(
+        testbed.prometheus_url, baseline["metadata"]["name"], run.plans.get(1, []), run.running_first_plan
+    )
+    own = measured_speeds(
+        testbed.prometheus_url,
+        job["metadata"]["name"],
+        followed.plans.get(1, []),
+        followed.running_first_plan,
+    )
+    return control_comparison(followed.rows, run.rows, control, own)
 
 
 def _report_table(report: dict[str, Any]) -> Table:
@@ -316,16 +388,17 @@ def main(settings: DemoSettings | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     report = run_demo(settings, console)
     console.print(_report_table(report))
-    control = report.get("control") or {}
-    if control.get("speedup") and control.get("ideal_speedup"):
-        console.print(
-            f"against the control run (rebalancing off, same nodes): {control['speedup']:.2f}x, "
-            f"{control['of_ideal']:.0%} of the {control['ideal_speedup']:.2f}x the measured speeds allow"
-        )
-    speedup = report.get("speedup_vs_even_epoch")
+    for kind, compared in (report.get("baselines") or {}).items():
+        if compared.get("speedup") and compared.get("ideal_speedup"):
+            name, ideal = kind.replace("_", " "), compared["ideal_speedup"]
+            console.print(
+                f"against {name} (rebalancing off, same nodes): {compared['speedup']:.2f}x, "
+                f"{compared['of_ideal']:.0%} of the {ideal:.2f}x the measured speeds allow"
+            )
+    speedup = report.get("speedup_vs_first_plan")
     accuracy = report.get("final_accuracy")
     console.print(
-        f"phase {report.get('phase')}; speed-up over the even-split epoch: "
+        f"phase {report.get('phase')}; speed-up over the job's first-plan epochs: "
         f"{speedup:.2f}x; final accuracy {accuracy:.3f}"
         if speedup and accuracy
         else f"phase {report.get('phase')}"
