@@ -66,12 +66,6 @@ class OperatorMetrics:
             [names.LABEL_GPU_CLASS],
             registry=r,
         )
-        self.workload_speed = Gauge(
-            names.WORKLOAD_SAMPLES_PER_SECOND,
-            "The throughput catalog: samples/s of compute of one GPU, per workload and class.",
-            [names.LABEL_WORKLOAD, names.LABEL_GPU_CLASS],
-            registry=r,
-        )
         self.predicted_step_seconds = Gauge(
             names.JOB_PREDICTED_STEP_SECONDS,
             "The planner's predicted time of one global step under the plan in effect.",
@@ -79,7 +73,16 @@ class OperatorMetrics:
             registry=r,
         )
         self._add_queue_metrics(r)
+        self._add_catalog_metrics(r)
         self._plan_versions: dict[tuple[str, str], str] = {}
+
+    def _add_catalog_metrics(self, r: CollectorRegistry) -> None:
+        self.workload_speed = Gauge(
+            names.WORKLOAD_SAMPLES_PER_SECOND,
+            "The throughput catalog: samples/s of compute of one GPU, per workload and class.",
+            [names.LABEL_WORKLOAD, names.LABEL_GPU_CLASS],
+            registry=r,
+        )
 
     def _add_queue_metrics(self, r: CollectorRegistry) -> None:
         """Per-queue usage, quota and fair-share gauges."""
