@@ -127,16 +127,24 @@ def test_a_preempted_job_checkpoints_hands_its_quota_back_and_resumes_when_readm
 
     kueue_jobs.apply(queued(kueue_jobs, "high", 2, priority=10))
     # Kueue evicts the low-priority Workload; its workers are asked to save a checkpoint first.
+    # The operator annotates the pods one request each: wait until every one of them is, not the first.
+    workers = {p["metadata"]["name"] for p in low_pods}
     annotated = wait_for(
-        lambda: [
-            p
-            for p in kueue_jobs.pods("low")
-            if names.CHECKPOINT_REQUESTED_ANNOTATION in p["metadata"].get("annotations", {})
-        ],
+        lambda: (
+            (
+                named := {
+                    p["metadata"]["name"]
+                    for p in kueue_jobs.pods("low")
+                    if names.CHECKPOINT_REQUESTED_ANNOTATION in p["metadata"].get("annotations", {})
+                }
+            )
+            >= workers
+            and named
+        ),
         REACTS,
-        "the low-priority workers asked for a checkpoint",
+        "every low-priority worker asked for a checkpoint",
     )
-    assert {p["metadata"]["name"] for p in annotated} == {p["metadata"]["name"] for p in low_pods}
+    assert annotated == workers
     draining = kueue_jobs.condition("low", "Draining")
     assert draining is not None and draining["reason"] == "Evicted" and "Preempted" in draining["message"]
     # The quota stays counted while they save; then they stop and the admission is handed back.

@@ -147,7 +147,9 @@ def test_local_process_node_runs_pods_as_processes(testbed: Testbed, namespace: 
             ]
         )
     )
-    testbed.kubectl("apply", "-f", "examples/gpuclasses.yaml")
+    # The example classes, unless the shared bed has them already: what this test adds, it deletes.
+    existing = set(testbed.kubectl("get", "gpuclasses", "-o", "name").stdout.split())
+    applied = set(testbed.kubectl("apply", "-f", "examples/gpuclasses.yaml", "-o", "name").stdout.split())
     script = (
         "import os, sys; print(os.environ['POD_IP'], os.environ['MASTER_ADDR'], "
         "os.environ['HETEROTRAIN_SIMULATED_SPEED'], open(os.environ['PLAN']).read()); sys.exit(3)"
@@ -192,6 +194,8 @@ def test_local_process_node_runs_pods_as_processes(testbed: Testbed, namespace: 
     # Own address, DNS name resolved to it, slow class speed (0.25 of the fastest, dilated), plan file.
     assert logs[0].read_text().split() == [ip, ip, f"{0.25 * LOCAL_SPEED_SCALE:g}", "v7"]
     testbed.kubectl("delete", "node", "local-test")
+    for added in sorted(applied - existing):
+        testbed.kubectl("delete", added)
 
 
 def test_up_is_idempotent(testbed: Testbed) -> None:

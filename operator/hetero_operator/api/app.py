@@ -193,7 +193,7 @@ def _pools_and_jobs(app: FastAPI) -> None:
     async def list_pools(caller: CallerDep, access: AccessDep, kube: KubeDep) -> PoolList:
         """Per GPUClass: its nodes and their GPUs in total, allocated and free. Needs `list gpuclasses`."""
         await authorize(access, caller, Permission("list", CLASSES))
-        view = await read_view(kube)
+        view = await read_view(kube, catalog=False)  # capacity needs no speeds
         return PoolList(pools=pools(live_snapshot(view, time.time())))
 
     @app.get(f"{API_PREFIX}/workloads", response_model=WorkloadList, responses=GUARDED, tags=["pools"])

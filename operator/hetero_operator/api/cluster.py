@@ -50,13 +50,18 @@ def view_from_bodies(
     )
 
 
-async def read_view(kube: KubeReader) -> ClusterView:
-    """GPUClasses, nodes, every HeteroTrainJob, every live pod and the throughput catalog, read
-    concurrently."""
-    classes, nodes, jobs, pods, profiles = await asyncio.gather(
-        kube.gpu_classes(), kube.nodes(), kube.jobs(), kube.live_pods(), kube.workload_profiles()
+async def _nothing() -> list[dict[str, Any]]:
+    return []
+
+
+async def read_view(kube: KubeReader, catalog: bool = True) -> ClusterView:
+    """GPUClasses, nodes, every HeteroTrainJob, every live pod and (`catalog`) the throughput
+    catalog, read concurrently."""
+    profiles = kube.workload_profiles() if catalog else _nothing()
+    classes, nodes, jobs, pods, profile_bodies = await asyncio.gather(
+        kube.gpu_classes(), kube.nodes(), kube.jobs(), kube.live_pods(), profiles
     )
-    return view_from_bodies(classes, nodes, jobs, pods, profiles)
+    return view_from_bodies(classes, nodes, jobs, pods, profile_bodies)
 
 
 def job_requests(view: ClusterView) -> list[JobRequest]:

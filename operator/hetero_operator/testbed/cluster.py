@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +314,16 @@ class Testbed:
         for crd in files:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"-f={f}" for f in files))
+        # Established is not yet listable: a new resource's storage initializes after it, and until
+        # then a list is refused (429, "storage is (re)initializing").
+        for crd in files:
+            spec = yaml.safe_load(crd.read_text())["spec"]
+            version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+            path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
+            self._wait(partial(self._lists, path), path, 60.0)
+
+    def _lists(self, path: str) -> bool:
+        return self.kubectl("get", "--raw", path, check=False).returncode == 0
 
     def apply_nodes(self, nodes: NodeList, timeout: float = 60.0) -> None:
         manifests = [node_manifest(n) for n in nodes.nodes]
