@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hetero_operator.controller.catalog import estimates, valid_profiles
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.inventory import pod_index_key
 from hetero_operator.kueue.facts import ClusterQueueFacts, FlavorFacts, LocalQueueFacts, WorkloadFacts
-from hetero_operator.resources import GPUClass, HeteroQueue, InvalidResourceError, WorkloadProfile
+from hetero_operator.resources import GPUClass, HeteroQueue, InvalidResourceError
 
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
 
@@ -61,12 +62,8 @@ def _build(objects: Mapping[Key, Mapping[str, Any]]) -> dict[str, dict[str, list
             except InvalidResourceError:
                 continue
         elif plural == "workloadprofiles":
-            try:
-                profile = WorkloadProfile.from_k8s(dict(body))
-            except InvalidResourceError:
-                continue
-            if profile.status is not None and profile.status.estimate is not None:
-                built["htj_profiles"][profile.spec.workload] = [profile.status.estimate]
+            for key, estimate in estimates(valid_profiles([body])).items():
+                built["htj_profiles"][key] = [estimate]
         elif plural == "nodes":
             built["htj_nodes"][name] = [NodeFacts.from_body(body)]
         elif plural == "heterotrainjobs":

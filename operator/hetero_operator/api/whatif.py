@@ -17,14 +17,13 @@ from hetero_operator.api.models import (
     WhatIfRequest,
     WhatIfResult,
 )
-from hetero_operator.controller.catalog import class_speeds, workload_key
+from hetero_operator.controller.catalog import split_speeds, workload_key
 from hetero_operator.controller.decision_effects import status_allocation
 from hetero_operator.controller.facts import JobFacts
 from hetero_operator.controller.inventory import job_request
 from hetero_operator.controller.plans import PlanBuildError, initial_plan, plan_status
 from hetero_operator.controller.wait_reasons import class_wait
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
-from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.scheduler import (
     Decisions,
     GPUClassInfo,
@@ -121,8 +120,7 @@ def what_if(
     key = unused_key(request.namespace, request.name, {job.key for job in base.jobs})
     estimate = (catalog or {}).get(workload_key(request.spec))
     job, job_req = hypothetical_job(request, key, created_at=base.now, catalog=estimate)
-    if request.spec.rebalance.initial_split is InitialSplit.AUTO:
-        speeds = class_speeds(speeds, estimate)
+    speeds = split_speeds(request.spec, speeds, estimate)
     try:
         with_job = Snapshot(base.classes, base.nodes, (*base.jobs, job_req), base.now)
     except SnapshotError as error:

@@ -26,6 +26,7 @@ from hetero_operator.resources import (
     MeasuredProfile,
     WorkloadProfile,
 )
+from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.resources.workload_profile import (
     MAX_OBSERVATIONS,
     ClassThroughput,
@@ -151,6 +152,16 @@ def observe(
 def known_profile(own: MeasuredProfile | None, catalog: MeasuredProfile | None) -> MeasuredProfile | None:
     """What a job's placement and first plan go by: its own measurement, else its workload's."""
     return own if own is not None and own.classes else catalog
+
+
+def split_speeds(
+    spec: HeteroTrainJobSpec, priors: Mapping[str, float], known: MeasuredProfile | None
+) -> dict[str, float]:
+    """The per-class speeds a job's first plans split by (`rebalance.initialSplit`): under `auto` the
+    measured ones (`class_speeds`), else the priors."""
+    if spec.rebalance.initial_split is not InitialSplit.AUTO:
+        return dict(priors)
+    return class_speeds(priors, known)
 
 
 def class_speeds(priors: Mapping[str, float], known: MeasuredProfile | None) -> dict[str, float]:

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from hetero_operator.controller.catalog import class_speeds, known_profile, workload_key
+from hetero_operator.controller.catalog import known_profile, split_speeds, workload_key
 from hetero_operator.controller.facts import ClassFacts, JobFacts, NodeFacts, PodFacts, QueueFacts
 from hetero_operator.controller.launcher import ClassLaunchInfo
 from hetero_operator.controller.queue_status import snapshot_queues
@@ -26,7 +26,6 @@ from hetero_operator.kueue.facts import (
 )
 from hetero_operator.resources import Allocation as StatusAllocation
 from hetero_operator.resources import AllocationPolicy, HeteroTrainJob, HeteroTrainJobStatus, MeasuredProfile
-from hetero_operator.resources.job_spec import InitialSplit
 from hetero_operator.resources.parallelism import HetPipeParameters
 from hetero_operator.scheduler import (
     Allocation,
@@ -165,19 +164,17 @@ class ClusterView:
         return {name: c.relative_speed for name, c in self.classes.items()}
 
     def workload_estimate(self, job: HeteroTrainJob) -> MeasuredProfile | None:
-        """The throughput catalog's estimate for the job's workload key (None: never measured)."""
-        return self.profiles.get(workload_key(job.spec))
+        """The throughput catalog's estimate for the job's workload key (None: never measured). Every
+        job asks each cycle: with an empty catalog no key is derived."""
+        return self.profiles.get(workload_key(job.spec)) if self.profiles else None
 
     def known_profile(self, job: HeteroTrainJob, status: HeteroTrainJobStatus) -> MeasuredProfile | None:
         """What the job's placement goes by: its own measurement, else its workload's profile."""
         return known_profile(status.measured, self.workload_estimate(job))
 
     def job_speeds(self, job: HeteroTrainJob, status: HeteroTrainJobStatus) -> dict[str, float]:
-        """The per-class speeds the job's first plans split by (`rebalance.initialSplit`): measured
-        ones under `auto`, where the job or its workload has measured a class; else the priors."""
-        if job.spec.rebalance.initial_split is not InitialSplit.AUTO:
-            return self.speeds()
-        return class_speeds(self.speeds(), self.known_profile(job, status))
+        """The per-class speeds the job's first plans split by (`catalog.split_speeds`)."""
+        return split_speeds(job.spec, self.speeds(), self.known_profile(job, status))
 
     def launch_classes(self) -> dict[str, ClassLaunchInfo]:
         return {name: ClassLaunchInfo(c.resource_name, c.tolerations) for name, c in self.classes.items()}

@@ -262,25 +262,25 @@ def fastest_class(testbed: Testbed, job: dict[str, Any]) -> str:
     return max((name for name in speeds if not allowed or name in allowed), key=lambda name: speeds[name])
 
 
-def node_speeds(testbed: Testbed, followed: Followed, name: str) -> dict[str, float]:
-    """Each node's samples/s of compute under the run's first plan, by the run's allocation."""
-    split = followed.plans.get(1, [])
-    speeds = measured_speeds(testbed.prometheus_url, name, split, followed.running_first_plan)
+def first_plan_speeds(testbed: Testbed, followed: Followed, name: str) -> list[float]:
+    """Each rank's samples/s of compute under the run's first plan (one Prometheus read per run)."""
+    return measured_speeds(
+        testbed.prometheus_url, name, followed.plans.get(1, []), followed.running_first_plan
+    )
+
+
+def by_node(followed: Followed, per_rank: Sequence[float]) -> dict[str, float]:
+    """Per-rank figures of a run keyed by the node each rank ran on (its allocation)."""
     workers = ((followed.state.get("status") or {}).get("allocation") or {}).get("workers") or []
     nodes = {int(w["rank"]): str(w["node"]) for w in workers}
-    return {nodes[rank]: v for rank, v in enumerate(speeds) if rank in nodes}
+    return {nodes[rank]: value for rank, value in enumerate(per_rank) if rank in nodes}
 
 
 def split_shares(followed: Followed) -> dict[str, float]:
     """Each node's share of the global batch under the run's first plan."""
     split = followed.plans.get(1, [])
-    workers = ((followed.state.get("status") or {}).get("allocation") or {}).get("workers") or []
     total = sum(split)
-    return {
-        str(w["node"]): split[int(w["rank"])] / total
-        for w in workers
-        if total and int(w["rank"]) < len(split)
-    }
+    return by_node(followed, [b / total for b in split]) if total else {}
 
 
 def measured_speeds(
@@ -332,18 +332,22 @@ def run_demo(
             status = followed.state.get("status") or {}
             report = build_report(followed.rows, status.get("rebalances") or [])
             if ran:
-                own = node_speeds(testbed, followed, job["metadata"]["name"])
+                own = first_plan_speeds(testbed, followed, job["metadata"]["name"])
+                speeds = {
+                    k: first_plan_speeds(testbed, r, baselines[k]["metadata"]["name"]) for k, r in ran.items()
+                }
                 report["baselines"] = {
                     kind: baseline_comparison(
                         followed.rows,
                         run.rows,
-                        node_speeds(testbed, run, baselines[kind]["metadata"]["name"]),
-                        own,
+                        by_node(run, speeds[kind]),
+                        by_node(followed, own),
                         split_shares(run),
                     )
                     for kind, run in ran.items()
                 }
-                report["control"] = even_control(testbed, ran["even"], baselines["even"], followed, job)
+                # The even baseline by rank, as the slowdown's recovery reads it.
+                report["control"] = control_comparison(followed.rows, ran["even"].rows, speeds["even"], own)
             report.update(phase=status.get("phase"), status=status, prometheus=testbed.prometheus_url)
             (output / "report.json").write_text(json.dumps(report, indent=2))
             if followed.rows:
@@ -352,22 +356,6 @@ def run_demo(
         if owned and not settings.keep_cluster:
             testbed.down()
     return report
-
-
-def even_control(
-    testbed: Testbed, run: Followed, baseline: dict[str, Any], followed: Followed, job: dict[str, Any]
-) -> dict[str, Any]:
-    """The job against the even split by rank, as the slowdown's recovery reads it."""
-    control = measured_speeds(
-        testbed.prometheus_url, baseline["metadata"]["name"], run.plans.get(1, []), run.running_first_plan
-    )
-    own = measured_speeds(
-        testbed.prometheus_url,
-        job["metadata"]["name"],
-        followed.plans.get(1, []),
-        followed.running_first_plan,
-    )
-    return control_comparison(followed.rows, run.rows, control, own)
 
 
 def _report_table(report: dict[str, Any]) -> Table:
