@@ -9,8 +9,10 @@ PYTEST_ARGS ?= -m "not known_bug"
 demo: bootstrap
 	$(VENV)/bin/heterotrain demo
 
+# Two workers: one runs the tests that train on this machine's cores, the other the control-plane and
+# in-process ones (tests/conftest.py groups them), so waiting on one overlaps work on the other.
 test: bootstrap lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The suite's lanes, by what a test needs: in process only (pure functions, the in-process fake API);
 # real training ranks and other processes; a live control plane. `make test` runs all three.

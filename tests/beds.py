@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from hetero_operator.testbed import kueue
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import NodeList, load_node_list
+from hetero_operator.testbed.nodes import TRUE_SPEED_ANNOTATION, NodeList, load_node_list
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_NODES = REPO_ROOT / "examples" / "nodes.yaml"
@@ -50,3 +50,16 @@ def fresh_namespace(bed: Testbed, prefix: str) -> Iterator[str]:
         yield name
     finally:
         bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@contextmanager
+def true_speeds_on(bed: Testbed, speeds: Mapping[str, float]) -> Iterator[Mapping[str, float]]:
+    """The nodes run each model at these true speeds (node name -> speed, set apart from the GPUClass
+    priors) for the block; their own speeds again afterwards, for the tests after it on a shared bed."""
+    for node, speed in speeds.items():
+        bed.kubectl("annotate", "node", node, f"{TRUE_SPEED_ANNOTATION}={speed:g}", "--overwrite")
+    try:
+        yield speeds
+    finally:
+        for node in speeds:
+            bed.kubectl("annotate", "node", node, f"{TRUE_SPEED_ANNOTATION}-", check=False)

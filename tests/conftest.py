@@ -14,7 +14,7 @@ from tests.beds import fresh_namespace, running_bed
 from hetero_operator.testbed import images
 from hetero_operator.testbed.cluster import Testbed
 from hetero_operator.testbed.container_store import Engine
-from hetero_operator.warm_start import COLD_STARTS_ENV, warm_server
+from hetero_operator.warm_start import COLD_STARTS_ENV, DEFAULT_PRELOAD, OPERATOR_PRELOAD, warm_server
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,7 +26,15 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-WARM_FOLDERS = ("tests/runtime", "tests/e2e", "tests/reliability", "tests/gpu", "tests/ship", "tests/kueue")
+WARM_FOLDERS = (
+    "tests/runtime",
+    "tests/e2e",
+    "tests/reliability",
+    "tests/gpu",
+    "tests/ship",
+    "tests/kueue",
+    "tests/operator",
+)
 
 
 ON_THE_BEDS = pytest.StashKey[list[tuple[Testbed, set[str]]]]()
@@ -65,26 +73,31 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 TRAINING_FOLDERS = ("tests/e2e/", "tests/runtime/", "tests/gpu/")
+# End-to-end modules that mostly wait (on containers, on a start timeout) rather than train: they go
+# with the control-plane tests, so that the two workers' shares come out about even.
+WAITING_MODULES = ("tests/e2e/test_container_nodes.py",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With two workers (`-n 2 --dist loadgroup`): one runs the tests that train on this host's
-    cores (end to end and runtime), the other everything else, each its group in order."""
+    """With two workers (`make test` runs `-n 2 --dist loadgroup`): one runs the tests that train on
+    this host's cores (end to end and runtime), the other everything else, each its group in order,
+    so that no two training tests compete for the cores and each shared bed boots on one worker."""
     for item in items:
-        group = "trains" if item.nodeid.startswith(TRAINING_FOLDERS) else "cluster"
-        item.add_marker(pytest.mark.xdist_group(group))
+        trains = item.nodeid.startswith(TRAINING_FOLDERS) and not item.nodeid.startswith(WAITING_MODULES)
+        item.add_marker(pytest.mark.xdist_group("trains" if trains else "cluster"))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def warm_starts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One warm server for the run (hetero_operator.warm_start): the ranks, run-local workers and
-    worker pods that the tests start on this environment's Python begin with torch imported. Started
+    """One warm server for the run (hetero_operator.warm_start): the ranks, run-local workers, worker
+    pods and operators that the tests start on this environment's Python begin with torch (or kopf)
+    imported. Started
     only for runs with tests that start such processes; HETEROTRAIN_COLD_STARTS=1 starts them all fresh."""
     wanted = any(item.nodeid.startswith(WARM_FOLDERS) for item in request.session.items)
     if not wanted or os.environ.get(COLD_STARTS_ENV) == "1":
         yield
         return
-    with warm_server(tmp_path_factory.mktemp("warm")):
+    with warm_server(tmp_path_factory.mktemp("warm"), DEFAULT_PRELOAD + OPERATOR_PRELOAD):
         yield
 
 

@@ -71,6 +71,9 @@ DEFAULT_PRELOAD = (
     "hetero_operator.cli",
 )
 """What the project's workers import (the examples' too), each skipped when not installed."""
+OPERATOR_PRELOAD = ("kopf", "kubernetes", "hetero_operator.manager.main", "hetero_operator.manager.settings")
+"""What `heterotrain operator` imports before it runs: for a server that also starts operators (the
+test suite kills and restarts them many times)."""
 REAP_SECONDS = 0.02  # how often the server looks for children that ended
 READY_TIMEOUT = 180.0
 MAX_REQUEST = 1 << 22

@@ -14,10 +14,11 @@ from hetero_operator.testbed.versions import REPO_ROOT
 DEMO_NODES = REPO_ROOT / "tests" / "e2e" / "nodes.yaml"
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Testbed]:
+@pytest.fixture(scope="session")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """Three local process nodes of the demo's classes, and nothing else a job could land on; one bed
-    per module (a module may define its own `bed` instead)."""
-    module = request.module.__name__.rsplit(".", 1)[-1]
-    with bed_of(tmp_path_factory.mktemp(f"{module}-bed"), load_node_list(DEMO_NODES)) as testbed:
+    for every end-to-end module that needs no other kind (a module may define its own `bed` instead).
+    Each test leaves it clean (tests/bed_hygiene.py); a module that sets the nodes' true speeds
+    takes them off again."""
+    with bed_of(tmp_path_factory.mktemp("e2e-bed"), load_node_list(DEMO_NODES)) as testbed:
         yield testbed

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.beds import true_speeds_on
 from tests.operator.live import wait_for
 from tests.reliability.faults_cluster import Cluster, Snapshot, operated_namespace, status
 from tests.reliability.faults_training import digits_job as training_job
@@ -18,7 +19,6 @@ from tests.reliability.faults_training import digits_job as training_job
 from hetero_operator.controller.catalog import workload_key
 from hetero_operator.resources import HeteroTrainJob
 from hetero_operator.testbed.cluster import Testbed
-from hetero_operator.testbed.nodes import TRUE_SPEED_ANNOTATION
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -33,13 +33,8 @@ JOB_SECONDS = 240
 @pytest.fixture
 def true_speeds(bed: Testbed) -> Iterator[dict[str, float]]:
     """The nodes' true speeds, set for this test and taken off after it."""
-    for node, speed in TRUE_SPEEDS.items():
-        bed.kubectl("annotate", "node", node, f"{TRUE_SPEED_ANNOTATION}={speed}", "--overwrite")
-    try:
+    with true_speeds_on(bed, TRUE_SPEEDS):
         yield TRUE_SPEEDS
-    finally:
-        for node in TRUE_SPEEDS:
-            bed.kubectl("annotate", "node", node, f"{TRUE_SPEED_ANNOTATION}-", check=False)
 
 
 @pytest.fixture

@@ -17,10 +17,12 @@ from typing import Any
 import httpx
 import pytest
 from rich.console import Console
+from tests.beds import true_speeds_on
 from tests.operator.live import account_kubeconfig, chart_service_account
 
 from hetero_operator import metric_names as names
 from hetero_operator.dashboards.export import DASHBOARDS, dashboard_json, panel_queries, runnable_query
+from hetero_operator.demo.run import NAMESPACE as DEMO_NAMESPACE
 from hetero_operator.demo.run import DemoSettings, demo_job, run_demo
 from hetero_operator.demo.slowdown import Slowdown, first_epoch_of, metrics_delay_epochs
 from hetero_operator.testbed.cluster import Testbed
@@ -41,14 +43,13 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def loop_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A test bed of its own: three local process nodes and no fake nodes the job could land on."""
-    bed = Testbed(tmp_path_factory.mktemp("loop-bed"))
-    try:
-        bed.up(load_node_list(DEMO_NODES))
+def loop_bed(bed: Testbed) -> Iterator[Testbed]:
+    """The end-to-end bed's three local process nodes (no fake nodes the job could land on), running
+    at the demo's true speeds (examples/demo/nodes.yaml) for this module."""
+    with true_speeds_on(bed, {name: speed for name, speed in NODE_SPEEDS.items() if speed is not None}):
         yield bed
-    finally:
-        bed.down()
+    # The demo's jobs stay in their namespace after a run (for `heterotrain jobs`); not on a shared bed.
+    bed.kubectl("delete", "namespace", DEMO_NAMESPACE, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")
