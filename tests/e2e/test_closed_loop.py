@@ -208,6 +208,7 @@ def test_adaptive_total_batch_changes_within_bounds(
     job = copy.deepcopy(demo_job())
     job["metadata"]["name"] = "adaptive"
     job["spec"]["batch"] = {"global": 1024, "min": 256, "max": 2048, "adaptive": True}
+    job["spec"]["epochs"] = 4  # the total moves at the first rebalance, after epoch 2
     totals: set[int] = set()
 
     def watch(state: dict[str, Any]) -> None:
