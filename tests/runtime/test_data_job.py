@@ -55,6 +55,9 @@ def test_digits_reaches_90_percent_with_uneven_batches(uninterrupted: LocalJob) 
     assert len({round(r["final_evaluation"]["accuracy"], 6) for r in results}) == 1
     # All samples of an epoch are used exactly once, tail included.
     assert all(sum(r["epochs"][e]["samples"] for r in results) == 1437 for e in range(EPOCHS))
+    # What every rank reports the epoch covered is that sum, not steps x 64 (the last step is short).
+    assert all(r["epochs"][e]["global_samples"] == 1437 for r in results for e in range(EPOCHS))
+    assert results[0]["epochs"][0]["steps"] * 64 > 1437
     assert all("gradient_noise_scale" in e["extra"] for e in results[0]["epochs"])
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_operator.demo.report import EpochRow, baseline_comparison, control_comparison, rank_speeds
+from hetero_operator.demo.report import (
+    EpochRow,
+    baseline_comparison,
+    control_comparison,
+    epoch_rows,
+    rank_speeds,
+)
 
 
 def row(epoch: int, samples_per_second: float) -> EpochRow:
@@ -68,3 +74,13 @@ def test_a_baseline_on_a_node_the_job_never_measured_claims_no_ideal() -> None:
     assert (
         compared["ideal_speedup"] is None and compared["of_ideal"] is None and compared["base_ratio"] is None
     )
+
+
+def test_an_epochs_samples_are_what_it_covered_not_its_steps_times_the_global_batch() -> None:
+    # 1437 samples in steps of 64: 22 full steps and one of 29. Rank 0's line carries the epoch's
+    # coverage; a script's own loop's line does not, and falls back to its steps x the global batch.
+    runtime = {"epoch": 1, "plan_version": 1, "steps": 23, "wall_seconds": 2.0, "global_samples": 1437}
+    own_loop = {"epoch": 2, "plan_version": 1, "steps": 23, "wall_seconds": 2.0}
+    rows = epoch_rows([runtime, own_loop], {1: [37, 18, 9]})
+    assert rows[0].samples_per_second == pytest.approx(1437 / 2.0)
+    assert rows[1].samples_per_second == pytest.approx(23 * 64 / 2.0)

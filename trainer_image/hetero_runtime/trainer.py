@@ -39,6 +39,9 @@ class EpochReport:
     wall_seconds: float
     evaluation: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
+    # Samples every rank trained on together in the epoch (the sampler's range it covered): with a
+    # short last step this is less than steps x the global batch.
+    global_samples: int = 0
 
 
 @dataclass
@@ -207,15 +210,18 @@ class Trainer:
                 position = SamplerPosition(epoch, 0)
             ctx.metrics.set_epoch(epoch)
             ctx.metrics.set_plan_version(plan.version)
+            started_at = position.consumed
             stats = strategy.run_epoch(position, plan)
+            ended_at = stats.stopped_at.consumed if stats.stopped_at is not None else ctx.sampler.dataset_size
+            covered = ended_at - started_at
             if ctx.guard is not None and stats.stopped_at is None:
                 ctx.guard.at_epoch_end(epoch)  # after the strategy's averaging: one model on every rank
             if stats.stopped_at is not None:
-                reports.append(self._report(epoch, plan, stats, {}))
+                reports.append(self._report(epoch, plan, stats, {}, covered))
                 self._stop(strategy, Reached(epoch, stats.stopped_at, plan, history), stats.steps)
                 return stats.stopped_at
             position = SamplerPosition(epoch + 1, 0)
-            report = self._report(epoch, plan, stats, self._evaluate(strategy))
+            report = self._report(epoch, plan, stats, self._evaluate(strategy), covered)
             reports.append(report)
             done = epoch + 1
             stop = done < self.epochs and agree(ctx.stop.requested(), env.world_size, ctx.device)
@@ -229,10 +235,14 @@ class Trainer:
                 return position
         return None
 
-    def _report(self, epoch: int, plan: Plan, stats: EpochStats, evaluation: dict[str, float]) -> EpochReport:
+    def _report(
+        self, epoch: int, plan: Plan, stats: EpochStats, evaluation: dict[str, float], global_samples: int
+    ) -> EpochReport:
         measured = {key: value for key, value in asdict(stats).items() if key != "stopped_at"}
         local_batch = plan.local_batches[self.env.rank]
-        return EpochReport(epoch, plan.version, local_batch, evaluation=evaluation, **measured)
+        return EpochReport(
+            epoch, plan.version, local_batch, evaluation=evaluation, global_samples=global_samples, **measured
+        )
 
     def _stop(
         self, strategy: TrainingStrategy, reached: Reached, steps: int = 0, saved: bool = False

@@ -20,14 +20,16 @@ class EpochRow:
 
 
 def epoch_rows(progress: Sequence[Mapping[str, Any]], plans: Mapping[int, Sequence[int]]) -> list[EpochRow]:
-    """One row per finished epoch. Global samples = steps x the plan's global batch (rank 0 prints
-    its own samples only); a later line for the same epoch (after a restart) replaces the earlier one."""
+    """One row per finished epoch. Global samples: what the runtime's rank 0 reports the epoch
+    covered over every rank (`global_samples`); for a script's own loop, which reports its own samples
+    only, steps x the plan's global batch (its short last step counted whole). A later line for the
+    same epoch (after a restart) replaces the earlier one."""
     rows: dict[int, EpochRow] = {}
     for line in progress:
         version = int(line["plan_version"])
         batches = list(plans.get(version, []))
         wall = float(line["wall_seconds"])
-        samples = int(line["steps"]) * sum(batches) if batches else 0
+        samples = int(line.get("global_samples") or (int(line["steps"]) * sum(batches) if batches else 0))
         rows[int(line["epoch"])] = EpochRow(
             epoch=int(line["epoch"]),
             plan_version=version,
