@@ -129,6 +129,8 @@ def test_plan_changes_between_epochs_without_a_restart(ported: LocalJob) -> None
         assert batches == [FIRST.local_batches[rank]] * 2 + [SECOND.local_batches[rank]] * 2
     # Every sample of every epoch is trained on exactly once, over the ranks.
     assert all(sum(r["epochs"][e]["samples"] for r in results) == TRAIN_SAMPLES for e in range(EPOCHS))
+    # ... and each rank's record of what the epoch covered together says as much.
+    assert all(r["epochs"][e]["global_samples"] == TRAIN_SAMPLES for r in results for e in range(EPOCHS))
     assert all("gradient_noise_scale" in epoch["extra"] for epoch in results[0]["epochs"])
     logs = read_logs(ported)
     assert "SIMULATION: rank 2 runs at simulated speed 0.25" in logs

@@ -107,6 +107,7 @@ def test_esync_through_the_wrapper_gives_the_faster_ranks_more_local_steps(tmp_p
         # The rounds together use at least an epoch of samples and stop at the first round past it: a
         # round of the speeds' 4 + 2 + 1 steps of 32 (twice that, for the host's noise).
         assert TRAIN_SAMPLES <= sum(samples) < TRAIN_SAMPLES + 2 * 32 * 7, samples
+        assert all(r["epochs"][epoch]["global_samples"] == sum(samples) for r in results), samples  # type: ignore[index]
     # At four times the slowest rank's speed, rank 0 takes three or four steps a round on a quiet
     # host; at least 1.5 on one three times overloaded, where every step also waits on the service.
     assert totals[0] >= 1.5 * totals[2], totals

@@ -148,7 +148,8 @@ class HeteroDataLoader:
         session.run_pending_averaging()
         self.record.plan_applied(epoch, plan.version)
         session.metrics.set_epoch(epoch)
-        started, samples, steps = time.perf_counter(), 0, 0
+        started, samples, steps, covered = time.perf_counter(), 0, 0, 0
+        started_at = self.position.consumed
         rank = session.rank
         if plan.strategy is Strategy.ESYNC:
             refusal = own_shuffle_refusal(plan, self.sampler is not None)
@@ -161,6 +162,9 @@ class HeteroDataLoader:
                 steps += 1
                 yield batch
             extra = {"rounds": float(rounds.round - rounds_before)}
+            covered = (
+                self.position.consumed - started_at
+            )  # every round's samples, the last one's past the end
         else:
             steps_ahead = self._batches(plan.local_batches)
             if self.move_to_device:
@@ -176,6 +180,7 @@ class HeteroDataLoader:
                 # optimizer step resumes after it.
                 self.position = SamplerPosition(epoch, self.position.consumed + sum(sizes))
                 samples += sizes[rank]
+                covered += sum(sizes)
                 steps += 1
                 yield batch
             extra = {}
@@ -199,6 +204,7 @@ class HeteroDataLoader:
             time.perf_counter() - started,
             extra,
             plan.strategy.value,
+            covered,
         )
         self.position = SamplerPosition(epoch + 1, 0)
         self.record.epoch_done(record, session.env.epochs, session.env.result_file)

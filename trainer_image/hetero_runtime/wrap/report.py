@@ -20,6 +20,7 @@ class EpochRecord:
     wall_seconds: float
     extra: dict[str, float] = field(default_factory=dict)
     strategy: str = "data"  # the plan's: how this epoch's steps were synchronised
+    global_samples: int = 0  # samples every rank trained on together (a short last step as it was)
 
 
 @dataclass
