@@ -26,7 +26,9 @@ from hetero_operator.testbed.cluster import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.timeout(900)]
 
-EPOCHS = 3
+# Two epochs: what the operator adds (its plan, the pod's environment, the epoch boundary) shows in
+# both; how far each strategy trains the port is proven once, in tests/runtime/test_byos_strategies.py.
+EPOCHS = 2
 
 
 def script_job(
@@ -131,13 +133,6 @@ def test_ranks_whose_losses_carry_different_scales_fail_the_job_as_diverged(
     assert "Diverged" in reasons, reasons
 
 
-def last_accuracy(log: str) -> float:
-    """The accuracy rank 0 printed after its last epoch ("epoch N: loss L accuracy A")."""
-    lines = [line for line in log.splitlines() if line.startswith(f"epoch {EPOCHS}: loss")]
-    assert lines, log[-2000:]
-    return float(lines[-1].rsplit(" ", 1)[1])
-
-
 # (sesgd runs the same path; in-process in tests/runtime/test_byos_strategies.py, as it takes two
 # minutes here: each step's ring waits on ranks slowed to 1/8 and 1/16.)
 @pytest.mark.parametrize("strategy", ["dreamddp", "esync"])
@@ -157,5 +152,3 @@ def test_the_port_trains_under_the_local_step_strategies_in_the_operators_pods(
     assert [line["epoch"] for line in progress] == list(range(1, EPOCHS + 1))
     assert all(line["strategy"] == strategy for line in progress), progress
     assert all(line["local_batch"] == plan["localBatches"][0] for line in progress), progress
-    # The accuracy the same script reaches under `data` in one process (test_byos.py holds it to 0.9).
-    assert last_accuracy(rank_zero.log) >= 0.9
