@@ -256,8 +256,8 @@ def _reading(summary: dict[str, Any], met: dict[str, Any]) -> str:
         f"Reading: fair share brings the worst-off tenant from rho {base['max_rho_mean_over_seeds']:.3f} "
         f"(unconstrained) to {mine['max_rho_mean_over_seeds']:.3f} (speed-priced); against fixed "
         f"per-class weights ({fixed['max_rho_mean_over_seeds']:.3f}) the speed price is {verdict}, "
-        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds and on "
-        f"the worst seed ({mine['max_rho_worst_seed']:.3f} against {fixed['max_rho_worst_seed']:.3f}). "
+        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds; on "
+        f"the worst seed {mine['max_rho_worst_seed']:.3f} against {fixed['max_rho_worst_seed']:.3f}. "
         f"The price of fairness is preemptions: {mine['preemptions']:.0f} per run against "
         f"{base['preemptions']:.0f} (each a checkpoint and restart, counted in the JCTs above)."
     )
