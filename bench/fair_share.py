@@ -13,7 +13,9 @@ Policies, all the operator's own scheduler:
 
 Each tenant's finish-time fairness rho is its average JCT over its average JCT alone on its share of
 the cluster (the same scheduler on a slice with its weight's share of every node group); Jain's index
-is over the tenants' rho. Writes bench/results/fair_share.json; ``--write`` also regenerates
+is over the tenants' rho. Every policy sees the speeds the operator would have measured (`knowledge:
+measured`); the whole comparison runs again with the oracle's knowledge on the same traces, and both
+go in the artifact. Writes bench/results/fair_share.json; ``--write`` also regenerates
 BENCHMARKS.md's "## Fair share across tenants" section, ``--from-json FILE`` only that.
 
     python bench/fair_share.py [--seeds N] [--jobs N] [--write]
@@ -35,7 +37,7 @@ from benchmarks_md import replace_section
 from hetero_operator.scheduler import SchedulerConfig
 from hetero_operator.scheduler.charging import Charging, Pricing
 from hetero_operator.simulator.cluster import Cluster, ClusterSpec, build_cluster
-from hetero_operator.simulator.engine import EngineOptions, simulate
+from hetero_operator.simulator.engine import simulate
 from hetero_operator.simulator.fairness import (
     finish_time_fairness,
     jain_index,
@@ -45,6 +47,7 @@ from hetero_operator.simulator.fairness import (
 )
 from hetero_operator.simulator.policies import HeterotrainPolicy
 from hetero_operator.simulator.trace import TraceJob, generate_trace
+from knowledge_modes import DESCRIPTION, MEASURED, ORACLE, options
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Fair share across tenants"
@@ -95,7 +98,7 @@ def _avg_jct_by_tenant(outcomes: list[Any]) -> dict[str, float]:
     return {tenant: statistics.fmean(o.jct_s for o in outcomes if o.tenant == tenant) for tenant in TENANTS}
 
 
-def run_seed(seed: int, jobs_per_weight: int) -> dict[str, Any]:
+def run_seed(seed: int, jobs_per_weight: int, mode: str = MEASURED) -> dict[str, Any]:
     spec = ClusterSpec.model_validate(yaml.safe_load(CLUSTER_FILE.read_text()))
     cluster = build_cluster(spec)
     trace = tenant_trace(seed, jobs_per_weight, cluster)
@@ -103,19 +106,17 @@ def run_seed(seed: int, jobs_per_weight: int) -> dict[str, Any]:
     isolated: dict[str, float] = {}
     for tenant, share in shares(weights).items():
         own = [r for r in trace if r.tenant == tenant]
-        result = simulate(share_of_cluster(spec, share), own, HeterotrainPolicy())
+        result = simulate(share_of_cluster(spec, share), own, HeterotrainPolicy(), options(mode))
         isolated[tenant] = statistics.fmean(o.jct_s for o in result.outcomes)
     runs: dict[str, Any] = {}
     queues = tenant_queues(cluster, weights)
-    setups: dict[str, tuple[HeterotrainPolicy, EngineOptions]] = {
-        UNCONSTRAINED: (HeterotrainPolicy(name=UNCONSTRAINED), EngineOptions())
-    }
+    setups = {UNCONSTRAINED: (HeterotrainPolicy(name=UNCONSTRAINED), options(mode))}
     for name, pricing in PRICINGS.items():
         charging = Charging(pricing=pricing)
         policy = HeterotrainPolicy(config=SchedulerConfig(charging=charging), name=name)
-        setups[name] = (policy, EngineOptions(queues=queues, charging=charging))
-    for name, (policy, options) in setups.items():
-        result = simulate(cluster, trace, policy, options)
+        setups[name] = (policy, options(mode, queues=queues, charging=charging))
+    for name, (policy, engine) in setups.items():
+        result = simulate(cluster, trace, policy, engine)
         per_tenant = _avg_jct_by_tenant(result.outcomes)
         rho = {t: finish_time_fairness(per_tenant[t], isolated[t]) for t in TENANTS}
         runs[name] = {
@@ -216,8 +217,29 @@ def report(document: dict[str, Any]) -> str:
         f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds.",
         "",
         _reading(summary, met),
+        "",
+        *_oracle_lines(document),
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _oracle_lines(document: dict[str, Any]) -> list[str]:
+    """The same comparison under the oracle's knowledge, when the artifact has it."""
+    oracle = document.get("summary_oracle")
+    if oracle is None:
+        return ["This artifact predates knowledge modes: every policy saw every job's true speeds."]
+    lines = [
+        f"{DESCRIPTION} With the oracle's knowledge, on the same traces:",
+        "",
+        "| Policy | avg JCT (h) | max rho | max rho, worst seed | Jain |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in oracle.items():
+        lines.append(
+            f"| {name} | {row['avg_jct'] / 3600:.2f} | {row['max_rho_mean_over_seeds']:.2f} | "
+            f"{row['max_rho_worst_seed']:.2f} | {row['jain']:.3f} |"
+        )
+    return lines
 
 
 def _reading(summary: dict[str, Any], met: dict[str, Any]) -> str:
@@ -234,8 +256,8 @@ def _reading(summary: dict[str, Any], met: dict[str, Any]) -> str:
         f"Reading: fair share brings the worst-off tenant from rho {base['max_rho_mean_over_seeds']:.3f} "
         f"(unconstrained) to {mine['max_rho_mean_over_seeds']:.3f} (speed-priced); against fixed "
         f"per-class weights ({fixed['max_rho_mean_over_seeds']:.3f}) the speed price is {verdict}, "
-        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds and on "
-        f"the worst seed ({mine['max_rho_worst_seed']:.3f} against {fixed['max_rho_worst_seed']:.3f}). "
+        f"lower in {met['seeds_speed_priced_max_rho_below_class_weight']} of {met['seeds']} seeds; on "
+        f"the worst seed {mine['max_rho_worst_seed']:.3f} against {fixed['max_rho_worst_seed']:.3f}. "
         f"The price of fairness is preemptions: {mine['preemptions']:.0f} per run against "
         f"{base['preemptions']:.0f} (each a checkpoint and restart, counted in the JCTs above)."
     )
@@ -254,6 +276,7 @@ def main() -> None:
         return
     started = time.perf_counter()
     per_seed = [run_seed(seed, args.jobs) for seed in range(1, args.seeds + 1)]
+    per_seed_oracle = [run_seed(seed, args.jobs, ORACLE) for seed in range(1, args.seeds + 1)]
     summary = aggregate(per_seed)
     document = {
         "cluster": CLUSTER_FILE.relative_to(ROOT).as_posix(),
@@ -261,9 +284,12 @@ def main() -> None:
         "jobs_per_seed": per_seed[0]["jobs"],
         "tenants": {t: {"weight": w, "models": list(m)} for t, (w, m) in TENANTS.items()},
         "loads": LOADS,
+        "knowledge": MEASURED,
         "summary": summary,
         "targets": targets(summary, per_seed),
         "per_seed": per_seed,
+        "summary_oracle": aggregate(per_seed_oracle),
+        "per_seed_oracle": per_seed_oracle,
         "machine": platform.platform(),
         "wall_seconds": time.perf_counter() - started,
     }

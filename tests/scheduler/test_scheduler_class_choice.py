@@ -8,7 +8,15 @@ from dataclasses import replace
 
 from scheduler_cases import job, nodes, run_with_current
 
-from hetero_operator.scheduler import GPUClassInfo, NodeInfo, SchedulerConfig, Snapshot, schedule
+from hetero_operator.scheduler import (
+    ClassProfile,
+    GPUClassInfo,
+    MeasuredProfile,
+    NodeInfo,
+    SchedulerConfig,
+    Snapshot,
+    schedule,
+)
 
 STATIC = SchedulerConfig(elastic=False, move_gain=None)
 
@@ -98,6 +106,16 @@ def test_a_running_job_moves_onto_idle_faster_gpus() -> None:
     assert decided.grow["ns/r"].allocation.gpus_per_class() == {"fast": 2}  # 4x the speed per GPU
     assert "moved" in decided.grow["ns/r"].reason
     assert not schedule(_running_on_slow(), STATIC).grow  # moves off
+
+
+def test_a_job_measured_only_where_it_runs_still_moves_onto_idle_faster_gpus() -> None:
+    """Measured on "slow" alone, "fast" is estimated from it by the priors (4x): samples/s against
+    samples/s, not a measured rate against a prior of 2.0."""
+    running = _running_on_slow()
+    measured = MeasuredProfile.from_mapping({"slow": ClassProfile(2.0, 10.0, 1.0, 5.0)}, 5.0, 1.0)
+    snapshot = replace(running, jobs=(replace(running.jobs[0], profile=measured),))
+    decided = schedule(snapshot, SchedulerConfig(elastic=False))
+    assert decided.grow["ns/r"].allocation.gpus_per_class() == {"fast": 2}
 
 
 def test_a_job_about_to_finish_is_not_moved() -> None:

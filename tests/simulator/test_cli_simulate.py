@@ -74,3 +74,12 @@ def test_bad_cluster_file_exits_2_naming_the_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), ["--cluster", str(bad)])
     assert result.exit_code == 2
     assert "classes:" in result.output
+
+
+def test_knowledge_is_measured_by_default_and_the_oracle_on_request() -> None:
+    args = ["--cluster", str(EXAMPLES / "cluster-64.yaml"), "--jobs", "12", "--seed", "4"]
+    measured = json.loads(CliRunner().invoke(_app(), args).stdout)
+    oracle = json.loads(CliRunner().invoke(_app(), [*args, "--knowledge", "oracle"]).stdout)
+    assert (measured["knowledge"], oracle["knowledge"]) == ("measured", "oracle")
+    refused = CliRunner().invoke(_app(), [*args, "--knowledge", "psychic"])
+    assert refused.exit_code == 2

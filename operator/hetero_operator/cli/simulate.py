@@ -3,7 +3,10 @@
 JSON results go to stdout (one summary per policy); plots (JCT CDF, utilisation over time) to --out.
 With --queues (HeteroQueue manifests, as applied to a cluster), each trace row's tenant is the queue
 its job waits in, the heterotrain policy serves queues by fair share within their quotas, and the
-results add average JCT per tenant. Bad input exits 2 with a message naming the field.
+results add average JCT per tenant. ``--knowledge measured`` (the default) shows every policy the
+speeds the operator would have measured by then (the GPU classes' priors until a job's workload key
+has run); ``--knowledge oracle`` shows every job's true speeds from its arrival. Bad input exits 2
+with a message naming the field.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hetero_operator.simulator.cluster import Cluster, ClusterFileError, load_cl
 from hetero_operator.simulator.engine import EngineOptions, SimulationError, SimulationResult
 from hetero_operator.simulator.engine import simulate as run_simulation
 from hetero_operator.simulator.jobs import JobSetupError
+from hetero_operator.simulator.knowledge import KnowledgeMode, KnowledgeSettings
 from hetero_operator.simulator.policies import POLICIES, HeterotrainPolicy, SchedulingPolicy, make_policy
 from hetero_operator.simulator.report import summarize, write_plots
 from hetero_operator.simulator.trace import TraceError, TraceJob, generate_trace, load_trace
@@ -64,6 +68,16 @@ def simulate(
     pricing: Annotated[
         Pricing, typer.Option("--pricing", help="What one GPU-second costs a queue (fair share).")
     ] = Pricing.SPEED,
+    knowledge: Annotated[
+        KnowledgeMode,
+        typer.Option(
+            "--knowledge", help="What policies know of job speeds: measured, or the oracle's truth."
+        ),
+    ] = KnowledgeMode.MEASURED,
+    measurement_noise: Annotated[
+        float,
+        typer.Option("--measurement-noise", min=0.0, help="Std. dev. of log(measured / true speed)."),
+    ] = 0.0,
 ) -> None:
     """Simulate the cluster under one policy (or all) and print JSON results."""
     try:
@@ -79,7 +93,8 @@ def simulate(
         queue_infos = _load_queues(queues, rows, spec.class_names) if queues is not None else ()
     except (ClusterFileError, TraceError, InvalidResourceError, ValueError, OSError, yaml.YAMLError) as exc:
         raise _fail(str(exc)) from None
-    options = EngineOptions(queues=queue_infos, charging=charging)
+    settings = KnowledgeSettings(mode=knowledge, noise=measurement_noise, seed=seed)
+    options = EngineOptions(queues=queue_infos, charging=charging, knowledge=settings)
     results: list[SimulationResult] = []
     console = Console(stderr=True)
     with Progress(
@@ -104,6 +119,7 @@ def simulate(
         "cluster": str(cluster),
         "trace": str(trace) if trace is not None else f"generated(seed={seed}, jobs={jobs}, load={load})",
         "gpus": spec.gpus_per_class(),
+        "knowledge": knowledge.value,
         "results": [_with_tenants(r) if queue_infos else summarize(r) for r in results],
     }
     if out is not None:

@@ -141,6 +141,15 @@ def _class_model(
     )
 
 
+def class_rate_per_gpu(job: JobRequest, info: GPUClassInfo, catalog: Catalog, prior: PriorModel) -> float:
+    """Samples/s of one GPU of ``info``'s class at the job's gang-size local batch, by the model the
+    predictions use: measured, else a measured class scaled by the priors, else the prior. One unit
+    for every class, so a measured class and an unmeasured one compare."""
+    alpha, beta, _, _ = _class_model(JobShape.of(job), info, catalog, prior)
+    batch = job.global_batch / job.gpus_min
+    return 1000.0 * batch / (alpha * batch + beta)
+
+
 def _coefficients(profile: ClassProfile, scale: float) -> tuple[float, float, float, float]:
     return (
         profile.alpha_ms * scale,

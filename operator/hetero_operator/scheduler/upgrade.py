@@ -22,23 +22,16 @@ from hetero_operator.scheduler.placement import (
 )
 from hetero_operator.scheduler.reservations import Budgets
 from hetero_operator.scheduler.snapshot import JobRequest
+from hetero_operator.scheduler.throughput import class_rate_per_gpu
 
 
 def per_gpu_speeds(job: JobRequest, classes: Iterable[str], ctx: PlacementContext) -> dict[str, float]:
-    """One GPU's samples/s for the job at its gang-size local batch on each measured class; the
-    class's speed prior where a class is not measured (then only comparable with other unmeasured
-    classes)."""
-    measured = dict(job.profile.per_class) if job.profile is not None else {}
-    batch = job.global_batch / job.gpus_min
-    speeds: dict[str, float] = {}
-    for gpu_class in classes:
-        profile = measured.get(gpu_class)
-        speeds[gpu_class] = (
-            ctx.state.classes[gpu_class].relative_speed
-            if profile is None
-            else 1000.0 * batch / (profile.alpha_ms * batch + profile.beta_ms)
-        )
-    return speeds
+    """One GPU's samples/s for the job at its gang-size local batch on each class, by the model the
+    predictions use (`class_rate_per_gpu`): a class the job has not measured is estimated from one
+    it has by the priors, so that a measured class and an unmeasured one compare in one unit (a
+    prior of 1.0 is no samples/s figure)."""
+    by_name = {c.name: c for c in ctx.catalog}
+    return {c: class_rate_per_gpu(job, by_name[c], ctx.catalog, ctx.prior) for c in classes}
 
 
 def best_move(

@@ -6,12 +6,13 @@ come back), then growths and placements. Cycles run only when something happened
 ``cycle_interval_s`` (events in between are batched into one cycle, as the operator's work queue
 does); round-based policies decide at their round boundaries instead.
 
-A running job progresses at the samples/s the planner predicts for its GPUs (see `rates`), after a
-start-up delay; a job that is preempted or resized pays its checkpoint cost (save, then restore) on
-its next start. With queues, every queue's usage is charged while its jobs hold GPUs, by the same
-`charging` functions the scheduler orders queues with, and handed to the policy in each snapshot.
-Every GPU handed out is checked against the node's capacity, so a policy that
-double-books a GPU stops the simulation with an error.
+A running job progresses at the samples/s the planner predicts for its GPUs from its true speeds
+(see `rates`), after a start-up delay; the policy sees each job's speeds only as `knowledge` gives
+them (by default, what the operator would have measured by then). A job that is preempted or resized
+pays its checkpoint cost (save, then restore) on its next start. With queues, every queue's usage
+is charged while its jobs hold GPUs, by the same `charging` functions the scheduler orders queues
+with, and handed to the policy in each snapshot. Every GPU handed out is checked against the node's
+capacity, so a policy that double-books a GPU stops the simulation with an error.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hetero_operator.scheduler.charging import Charging, accrue, charge_rate
 from hetero_operator.scheduler.queues import QueueInfo
 from hetero_operator.simulator.cluster import Cluster
 from hetero_operator.simulator.jobs import SimJob, build_job
+from hetero_operator.simulator.knowledge import Knowledge, KnowledgeSettings, check_workload_models
 from hetero_operator.simulator.policies.base import SchedulingPolicy
 from hetero_operator.simulator.rates import allocation_rate
 from hetero_operator.simulator.trace import TraceJob
@@ -53,6 +55,8 @@ class EngineOptions:
     # `Charging` (a `SchedulerConfig.charging`) so it orders queues by what is charged here.
     queues: tuple[QueueInfo, ...] = ()
     charging: Charging = field(default_factory=Charging)
+    # What the policy knows of each job's speeds: measured as the operator would, or the oracle.
+    knowledge: KnowledgeSettings = field(default_factory=KnowledgeSettings)
 
     def __post_init__(self) -> None:
         if not (self.restart_cost_scale >= 0 and math.isfinite(self.restart_cost_scale)):
@@ -110,6 +114,7 @@ class _Run:
     progress_from: float
     since: float
     charge: float = 0.0  # reference-GPU seconds per second charged to the job's queue
+    measured: bool = False  # the run has trained long enough to be measured
 
 
 @dataclass(order=True, slots=True)
@@ -142,6 +147,8 @@ class Simulation:
             job = build_job(row, cluster, pipelines=policy.pipelines, prior=self.options.prior)
             self.jobs[job.key] = job
         self.arrivals = list(self.jobs.values())
+        self.knowledge = Knowledge(self.options.knowledge)
+        check_workload_models(self.arrivals)
         self.on_finish = on_finish
         self.outcomes = {
             key: JobOutcome(
@@ -238,7 +245,16 @@ class Simulation:
         done_at = run.progress_from + self.remaining[key] / rate
         heapq.heappush(self.finishes, _Finish(done_at, self.seq, key, self.version[key]))
 
+    def _measure(self, key: str) -> None:
+        """Once a run has trained `measure_after_s`, its classes are measured (its first epoch)."""
+        run = self.runs[key]
+        due = run.progress_from + self.options.knowledge.measure_after_s
+        if not run.measured and self.now >= due:
+            run.measured = True
+            self.knowledge.observe(self.jobs[key], run.allocation.gpus_per_class(), due)
+
     def _stop(self, key: str) -> None:
+        self._measure(key)
         run = self.runs.pop(key)
         self.remaining[key] -= run.rate * max(0.0, self.now - run.progress_from)
         self.outcomes[key].gpu_seconds += run.allocation.total_gpus * (self.now - run.since)
@@ -249,6 +265,7 @@ class Simulation:
         self.requests[key] = self.jobs[key].request
 
     def _complete(self, key: str) -> None:
+        self._measure(key)
         run = self.runs.pop(key)
         self.remaining[key] = 0.0
         outcome = self.outcomes[key]
@@ -281,13 +298,22 @@ class Simulation:
         done = run.rate * max(0.0, self.now - run.progress_from)
         return max(0.0, run.progress_from - self.now) + max(0.0, self.remaining[key] - done) / run.rate
 
+    def _known(self, key: str) -> JobRequest:
+        """The job as the policy sees it: speeds from `knowledge`; time left once its run is measured
+        (the ETA the operator reads from the job's status), at once for the oracle."""
+        request = self.requests[key]
+        known = self.knowledge.profile(self.jobs[key])
+        if known is not request.profile:
+            request = replace(request, profile=known)
+        run = self.runs.get(key)
+        if run is not None and (run.measured or self.knowledge.oracle):
+            return replace(request, remaining_s=self._time_left(key))
+        return request
+
     def _cycle(self) -> Decisions:
-        jobs = tuple(
-            replace(self.requests[key], remaining_s=self._time_left(key))
-            if key in self.runs
-            else self.requests[key]
-            for key in self.active
-        )
+        for key in self.runs:
+            self._measure(key)
+        jobs = tuple(self._known(key) for key in self.active)
         queues = tuple(replace(q, usage=self.usage[q.name]) for q in self.options.queues)
         snapshot = Snapshot(self.cluster.classes, self.cluster.nodes, jobs, now=self.now, queues=queues)
         self.cycles += 1

@@ -1,13 +1,17 @@
 """Job traces: generated from a seed, or loaded from (and saved to) CSV.
 
 One row per job: ``job_id, arrival_s, model, gpus_min, gpus_max, duration_s, priority[, gpu_classes][,
-tenant]``.
+tenant][, workload]``.
 ``duration_s`` is how long the job runs on ``gpus_min`` V100 GPUs (the reference class), which fixes
 its amount of work; the simulator turns it into samples to process. ``gpu_classes`` (optional
 column) restricts the job to those GPU classes, ``|``-separated in preference order (``a100|v100``),
 as ``spec.gpuClasses`` does; empty means any class. ``model`` is one of `workloads.MODELS`.
 ``tenant`` (optional column) is the queue the job is submitted to, as ``spec.queue`` is; empty or
 absent means ``default``.
+``workload`` (optional column) is the job's workload key, as ``spec.workload`` (or the key the
+operator derives from image and command) is: jobs with the same key run the same model the same way,
+so what one measured the throughput catalog gives the next. Empty or absent means a key of the job's
+own (nothing measured before it helps it); a key must always name the same model.
 
 ```
 job_id,arrival_s,model,gpus_min,gpus_max,duration_s,priority,gpu_classes
@@ -18,7 +22,8 @@ job-00001,60.5,bert,1,2,1800,1,a100|v100
 Generated traces follow the shape of public GPU-cluster traces (e.g. Microsoft's Philly trace,
 "Analysis of Large-Scale Multi-Tenant GPU Clusters for DNN Training Workloads", ATC 2019): most jobs
 use one GPU and few use many, and durations are heavy-tailed (log-normal, minutes to days).
-Arrivals are Poisson with the rate that offers the requested load.
+Arrivals are Poisson with the rate that offers the requested load. A share of the jobs
+(``REPEAT_SHARE``) run a workload an earlier job of the trace ran; see there for the sources.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ COLUMNS = (
     "priority",
     "gpu_classes",
     "tenant",
+    "workload",
 )
-REQUIRED_COLUMNS = COLUMNS[:-2]
+REQUIRED_COLUMNS = COLUMNS[:-3]
 DEFAULT_TENANT = "default"
 CLASS_SEPARATOR = "|"
 
@@ -61,6 +67,21 @@ ELASTIC_FACTORS = (1, 1, 2, 4)
 HIGH_PRIORITY_SHARE = 0.1
 # Share of generated jobs restricted to a subset of the cluster's classes (as spec.gpuClasses does).
 CONSTRAINED_SHARE = 1 / 3
+# Share of generated jobs that rerun an earlier job's workload (same code, same model: the same key).
+# Published analyses find recurrence common but give no one figure that fits a key as the operator
+# derives it, so this is an assumption, held below what they describe:
+# - Alibaba PAI (Weng et al., "MLaaS in the Wild", NSDI 2022; trace alibaba/clusterdata,
+#   cluster-trace-gpu-v2020): instances whose entry script, command-line parameters and data
+#   sources match share a `group` tag and "are considered as repeated instances" (the trace's
+#   README); the paper predicts recurring tasks' durations from their history.
+# - Helios (Hu et al., "Characterization and Prediction of Deep Learning Workloads in Large-Scale
+#   GPU Datacenters", SC 2021): its Quasi-Shortest-Service-First scheduler predicts a job from the
+#   history of earlier, similar jobs, which pays only because such jobs keep coming back.
+# - Philly (Jeon et al., ATC 2019), whose sizes and durations the generator follows, gives no
+#   recurrence rate.
+# Half the jobs is the assumption (not a published figure): a new key is a model trained in a way
+# the cluster has not seen, and is measured from scratch.
+REPEAT_SHARE = 0.5
 
 
 class TraceError(ValueError):
@@ -79,11 +100,22 @@ class TraceJob(BaseModel):
     priority: int = 0
     gpu_classes: tuple[str, ...] = ()
     tenant: str = Field(default=DEFAULT_TENANT, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    workload: str = Field(default="", max_length=253, pattern=r"^([a-z0-9]([-.a-z0-9]*[a-z0-9])?)?$")
+
+    @property
+    def workload_key(self) -> str:
+        """The key the throughput catalog knows the job by: its workload, else one of its own."""
+        return self.workload or f"job/{self.job_id}"
 
     @field_validator("tenant", mode="before")
     @classmethod
     def _default_tenant(cls, value: object) -> object:
         return DEFAULT_TENANT if value is None or value == "" else value
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _empty_workload(cls, value: object) -> object:
+        return "" if value is None else value
 
     @field_validator("gpu_classes", mode="before")
     @classmethod
@@ -141,6 +173,8 @@ def generate_trace(
     constrained = rng.random(jobs) < CONSTRAINED_SHARE
     # Drawn for every job so the other columns do not depend on whether a cluster is given.
     subset_draws = rng.random((jobs, 2))
+    # Drawn last, so that every other column is what it was before traces had workload keys.
+    workloads = workload_keys([str(m) for m in chosen_models], rng.random((jobs, 2)))
     return [
         TraceJob(
             job_id=f"job-{i:05d}",
@@ -155,9 +189,28 @@ def generate_trace(
                 if cluster is not None and constrained[i]
                 else ()
             ),
+            workload=workloads[i],
         )
         for i in range(jobs)
     ]
+
+
+def workload_keys(models: Sequence[str], draws: np.ndarray) -> list[str]:
+    """One workload key per job (``draws``: two uniform numbers per job): with probability
+    ``REPEAT_SHARE`` an earlier job's key of the same model, picked uniformly among those keys,
+    else a new key (``<model>-w<n>``). The first job of a model always gets a new key."""
+    keys: list[str] = []
+    earlier: dict[str, list[str]] = {}
+    created = 0
+    for model, (repeat, pick) in zip(models, draws, strict=True):
+        same_model = earlier.setdefault(model, [])
+        if same_model and repeat < REPEAT_SHARE:
+            keys.append(same_model[int(pick * len(same_model))])
+            continue
+        keys.append(f"{model}-w{created:04d}")
+        same_model.append(keys[-1])
+        created += 1
+    return keys
 
 
 def _class_subset(cluster: Cluster, model: str, gpus: int, draws: np.ndarray) -> tuple[str, ...]:
@@ -175,16 +228,22 @@ def _class_subset(cluster: Cluster, model: str, gpus: int, draws: np.ndarray) ->
 
 def trace_to_csv(jobs: Sequence[TraceJob]) -> str:
     out = io.StringIO()
-    # The tenant column only when some job is not the default tenant's (older traces stay as they were).
-    tenants = any(job.tenant != DEFAULT_TENANT for job in jobs)
-    writer = csv.DictWriter(out, fieldnames=COLUMNS if tenants else COLUMNS[:-1], lineterminator="\n")
+    # The optional columns only when some job sets them (older traces stay as they were).
+    left_out = {
+        name
+        for name, used in (
+            ("tenant", any(job.tenant != DEFAULT_TENANT for job in jobs)),
+            ("workload", any(job.workload for job in jobs)),
+        )
+        if not used
+    }
+    fieldnames = [c for c in COLUMNS if c not in left_out]
+    writer = csv.DictWriter(out, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     for job in jobs:
         row = job.model_dump()
         row["gpu_classes"] = CLASS_SEPARATOR.join(job.gpu_classes)
-        if not tenants:
-            del row["tenant"]
-        writer.writerow(row)
+        writer.writerow({name: row[name] for name in fieldnames})
     return out.getvalue()
 
 

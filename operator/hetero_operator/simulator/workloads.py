@@ -24,8 +24,9 @@ The speed-up between two classes depends on the model (V100 over K80: 0.7x for R
 which is what a heterogeneity-aware scheduler exploits.
 
 Each rate becomes the planner's per-GPU linear model (compute ``alpha*b + beta`` ms, ``beta`` a fixed
-share of the step) packed as the scheduler's `MeasuredProfile`: the simulator plays a cluster whose
-jobs have already been measured, which is what the operator sees after the first epoch.
+share of the step) packed as the scheduler's `MeasuredProfile`: a job's true speeds, which its
+progress follows. What a policy sees of them is `knowledge`'s: by default only what the operator would
+have measured by then.
 """
 
 from __future__ import annotations

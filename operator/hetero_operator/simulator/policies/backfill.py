@@ -6,8 +6,9 @@ preempted. They differ only in which class a job gets:
 
 - ``fifo-backfill`` is speed-blind: the allowed class with the most free GPUs (what spreading by
   labels does), ties in the cluster's listed order.
-- ``greedy-fastest`` knows each job's per-GPU speed on each class (the same measured profile the
-  other policies see) and takes the fastest allowed class that has room.
+- ``greedy-fastest`` ranks the allowed classes by the job's per-GPU speed as the simulation's
+  knowledge gives it (the same profile the other policies see: measured classes, priors for the
+  rest) and takes the fastest that has room.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hetero_operator.scheduler import Allocation, Decisions, JobRequest, Snapshot
+from hetero_operator.scheduler import Allocation, Decisions, JobRequest, PriorModel, Snapshot
 from hetero_operator.scheduler.free_index import ClusterState
 from hetero_operator.scheduler.queueing import scheduling_order
+from hetero_operator.scheduler.throughput import class_rate_per_gpu
 from hetero_operator.simulator.policies.base import commit_first_fitting, decisions
 
+# The engine's default prior: what a job nobody has measured is assumed to do.
+PRIOR = PriorModel()
 ClassOrder = Callable[[JobRequest, ClusterState, list[str]], list[str]]
 
 
@@ -29,17 +33,12 @@ def most_free_first(job: JobRequest, state: ClusterState, listed: list[str]) -> 
 
 
 def fastest_first(job: JobRequest, state: ClusterState, listed: list[str]) -> list[str]:
-    """By the job's own per-GPU step rate on each class; the class prior where nothing is measured."""
-    measured = dict(job.profile.per_class) if job.profile is not None else {}
-    batch = job.global_batch / job.gpus_min
-
-    def speed(gpu_class: str) -> float:
-        profile = measured.get(gpu_class)
-        if profile is None:
-            return state.classes[gpu_class].relative_speed
-        return batch / (profile.alpha_ms * batch + profile.beta_ms)
-
-    return sorted(listed, key=lambda c: -speed(c))
+    """By the job's estimated per-GPU rate on each class (`class_rate_per_gpu`: what it measured,
+    else a measured class scaled by the priors, else the priors), the same estimate the scheduler's
+    predictions use, so greedy-fastest knows what heterotrain knows and no more."""
+    catalog = tuple(sorted(state.classes.values(), key=lambda c: c.name))
+    speed = {c: class_rate_per_gpu(job, state.classes[c], catalog, PRIOR) for c in listed}
+    return sorted(listed, key=lambda c: -speed[c])
 
 
 def backfill_one_class(snapshot: Snapshot, class_order: ClassOrder) -> Decisions:
