@@ -1,13 +1,18 @@
-"""Runtime balance: even-split synchronous data parallelism against the `data` strategy's planned
-split, three loopback gloo workers at simulated speeds 1 : 0.5 : 0.25, in one run.
+"""Runtime balance: the `data` strategy's measured split against the baselines a user would run
+instead (the even split, the split the GPUClass priors give, the fastest worker alone), three
+loopback gloo workers at simulated speeds 1 : 0.5 : 0.15, in one run. The priors say 1 : 0.5 : 0.25
+(the spec-sheet figures of examples/gpuclasses.yaml): the slow GPU is slower for this model than its
+class's prior, as the demo's is.
 
 Each worker's compute is stretched to a per-sample cost calibrated solo at start (each rank alone,
 all taking the slowest rank's figure), so a simulated GPU of speed s takes 1/s times the base
 device's time for its samples, whatever CPU time the host charges it. Phases: calibrate, solo
 (each worker alone: its solo speed), even (A), rebalancing rounds decided by the operator's own
-functions, data (B), even again (A). Per phase the run reports the speed ratios the workers really
-achieved and the ideal speed-up those speeds allow, and it fails (exit 3) when achieved ratios are
-more than 5% off the claimed ones: a busy host broke the simulation, and its figures cannot be true.
+functions, data (B), the priors' split, even again (A), the fastest worker alone. Per phase the run
+reports the speed ratios the workers really achieved and the ideal speed-up those speeds allow over
+each baseline, and it fails (exit 3) when achieved ratios are more than 5% off the claimed ones, or
+(exit 4) when a speed-up exceeds its ideal or the two even phases differ by more than 5% (the host
+drifted): then its figures cannot be true.
 
     python bench/runtime_balance.py [--quick] [--base-speed F] [--global-batch N] [--out FILE] [--render]
 
@@ -30,9 +35,19 @@ from typing import Any
 import numpy as np
 
 from bench_workers import run_workers, write_artifact
-from runtime_fidelity import achieved_speeds, ideal_speedup, judge, machine, ratio_deviation, ratios
+from runtime_fidelity import (
+    DRIFT_LIMIT,
+    achieved_speeds,
+    baseline_comparison,
+    ideal_speedup,
+    judge,
+    machine,
+    ratio_deviation,
+    ratios,
+)
 
-SPEED_RATIOS = (1.0, 0.5, 0.25)
+SPEED_RATIOS = (1.0, 0.5, 0.15)  # how fast each simulated GPU truly runs this model
+PRIOR_RATIOS = (1.0, 0.5, 0.25)  # what the classes' priors say (the operator's first split)
 RESULTS = Path(__file__).resolve().parent / "results"
 EXIT_SPEEDS_NOT_HELD = 3
 EXIT_ABOVE_IDEAL = 4
@@ -96,21 +111,34 @@ def summarize(raw: dict[str, Any], claimed: list[float]) -> dict[str, Any]:
     solo_speeds = achieved_speeds([s["local_batch"] for s in solo], [s["compute_s"] for s in solo])
     deviations = {"solo": ratio_deviation(solo_speeds, claimed)}
     speeds = {}
-    for name in ("even", "data", "even_again"):
-        speeds[name] = annotate_phase(raw[name], claimed)
-        deviations[name] = raw[name]["ratio_deviation"]
+    for name in ("even", "data", "prior", "even_again"):
+        if name in raw:  # runs before the priors' phase have none
+            speeds[name] = annotate_phase(raw[name], claimed)
+            deviations[name] = raw[name]["ratio_deviation"]
     even_rate = float(np.mean([raw["even"]["samples_per_s"], raw["even_again"]["samples_per_s"]]))
     even_speeds = [float(v) for v in np.mean([speeds["even"], speeds["even_again"]], axis=0)]
     speedup = raw["data"]["samples_per_s"] / even_rate
     ideal = ideal_speedup(speeds["data"], even_speeds)
     efficiency = raw["data"]["samples_per_s"] / sum(solo_speeds)
     verdict = judge(deviations, speedup, ideal, efficiency)
+    drift = raw["even_again"]["samples_per_s"] / raw["even"]["samples_per_s"] - 1.0
+    baselines = baseline_comparisons(raw, speeds, even_rate, even_speeds)
+    problems = list(verdict.reasons)
+    if abs(drift) > DRIFT_LIMIT:
+        problems.append(
+            f"the host drifted {drift:+.1%} between the two even phases (limit {DRIFT_LIMIT:.0%})"
+        )
+    problems += [
+        f"speed-up over {kind} {b['speedup']:.3f} exceeds the {b['ideal_speedup']:.3f} its speeds allow"
+        for kind, b in baselines.items()
+        if b["above_ideal"]
+    ]
     return {
         "solo_samples_per_s": solo_speeds,
         "solo_ratios": ratios(solo_speeds),
         "ratio_deviation": deviations,
         "even_samples_per_s": even_rate,
-        "host_drift": raw["even_again"]["samples_per_s"] / raw["even"]["samples_per_s"] - 1.0,
+        "host_drift": drift,
         "speedup_vs_even": speedup,
         "ideal_speedup": ideal,
         "nominal_ideal_speedup": ideal_speedup(claimed, claimed),
@@ -118,9 +146,33 @@ def summarize(raw: dict[str, Any], claimed: list[float]) -> dict[str, Any]:
         "efficiency": efficiency,
         "even_efficiency": even_rate / sum(solo_speeds),
         "speeds_held": verdict.speeds_held,
-        "valid": verdict.valid,
+        "valid": verdict.valid and len(problems) == len(verdict.reasons),
         "targets_met": verdict.targets_met,
-        "problems": list(verdict.reasons),
+        "baselines": baselines,
+        "baseline_targets_met": bool(baselines) and all(b["target_met"] for b in baselines.values()),
+        "problems": problems,
+    }
+
+
+def baseline_comparisons(
+    raw: dict[str, Any], speeds: dict[str, list[float]], even_rate: float, even_speeds: list[float]
+) -> dict[str, dict[str, Any]]:
+    """The balanced phase against each baseline of the run (none for runs before the priors' and
+    the lone fastest worker's phases): speed-up, the ideal its measured speeds allow, their ratio."""
+    if "prior" not in raw or "fastest_alone" not in raw:
+        return {}
+    rate, balanced = raw["data"]["samples_per_s"], speeds["data"]
+    alone = raw["fastest_alone"]
+    alone_speeds = achieved_speeds(alone["local_batches"], [t / 1e3 for t in alone["worker_compute_ms"]])
+    prior = raw["prior"]
+    return {
+        "even": baseline_comparison(rate, balanced, even_rate, raw["even"]["local_batches"], even_speeds),
+        "prior": baseline_comparison(
+            rate, balanced, prior["samples_per_s"], prior["local_batches"], speeds["prior"]
+        ),
+        "fastest_alone": baseline_comparison(
+            rate, balanced, alone["samples_per_s"], alone["local_batches"], alone_speeds
+        ),
     }
 
 
@@ -190,6 +242,7 @@ def run_config(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             [r * args.base_speed for r in SPEED_RATIOS],
             physical_cores_first(sorted(os.sched_getaffinity(0), reverse=True)),
         ),
+        "prior_ratios": list(PRIOR_RATIOS),
         "out": str(tmp / "result.json"),
         "progress": str(tmp / "progress.jsonl"),
     }
@@ -243,6 +296,7 @@ def main() -> None:
         "quick": args.quick,
         "time_dilation": dilation,
         "speed_ratios": list(SPEED_RATIOS),
+        "prior_ratios": list(PRIOR_RATIOS),
         "simulated_speeds": claimed,
         "config": {k: v for k, v in config.items() if k not in ("out", "progress")},
         **raw,

@@ -7,7 +7,10 @@ Phases, every rank in lockstep:
   even       the even split plain DDP uses (A);
   rounds     rebalancing decided as the operator's rebalancer decides between epochs;
   data       the split the rounds settled on (B);
-  even-again the even split once more (A), so drift of the host between A and B shows.
+  prior      the split the GPUClass priors give (the product's first split with nothing measured);
+  even-again the even split once more (A), so drift of the host between A and B shows;
+  alone      the fastest worker (rank 0) alone with the whole global batch, no gradient exchange:
+             what a user who drops the slower GPUs runs. Last, as it leaves the replicas apart.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch.nn import functional
 
 from bench_workers import gather, join_gloo, seeded_model, step_means, worker_entry
 from hetero_operator.plan import Plan
+from hetero_operator.planner.batch import proportional_split
 from hetero_operator.rebalance.decide import BatchPolicy, confirm, decide
 from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
@@ -159,6 +163,26 @@ class Worker:
             "overrun_share": (self.simulator.overrun_seconds - overrun) / target if target > 0 else 0.0,
         }
 
+    def run_alone(self, steps: int, planned: int) -> dict[str, Any] | None:
+        """Rank 0 trains `steps` steps of the whole global batch alone while the others wait; its
+        means (None on the others)."""
+        dist.barrier()
+        means = None
+        if self.rank == 0:
+            computes, step_times = [], []
+            started = time.perf_counter()
+            for _ in range(steps):
+                step_start = time.perf_counter()
+                _loss, compute, _cpu = self.compute(self.global_batch)
+                self.optimizer.step()
+                computes.append(compute)
+                step_times.append(time.perf_counter() - step_start)
+                self.steps_done += 1
+                self.report_progress("alone", [self.global_batch] + [0] * (self.world - 1), planned)
+            means = {"compute": float(np.mean(computes)), "wall": time.perf_counter() - started}
+        dist.barrier()
+        return means
+
     def report_progress(self, phase: str, split: list[int], planned: int) -> None:
         if self.rank == 0:
             line = {"phase": phase, "split": split, "done": self.steps_done, "total": planned}
@@ -185,6 +209,22 @@ def phase_report(
         "worker_cpu_us_per_sample": [m["cpu_per_sample"] * 1e6 for m in means],
         "worker_overrun_share": [m["overrun_share"] for m in means],
     }
+
+
+def alone_report(global_batch: int, world: int, steps: int, means: dict[str, Any]) -> dict[str, Any]:
+    """The fastest worker alone, in the shape of a phase: the whole batch on rank 0, none elsewhere."""
+    return {
+        "local_batches": [global_batch] + [0] * (world - 1),
+        "steps": steps,
+        "samples_per_s": global_batch * steps / means["wall"],
+        "worker_compute_ms": [means["compute"] * 1e3] + [0.0] * (world - 1),
+    }
+
+
+def prior_split(global_batch: int, priors: list[float]) -> list[int]:
+    """The split the operator starts a job on by its GPUs' class priors (controller/plans.py)."""
+    inf = float("inf")
+    return [int(b) for b in proportional_split(global_batch, priors, [1] * len(priors), [inf] * len(priors))]
 
 
 def measurements(version: int, steps: int, means: list[dict[str, Any]]) -> JobMeasurements:
@@ -269,7 +309,7 @@ def worker_main(config: dict[str, Any]) -> None:
     calibration = worker.gather(worker.calibrate())
     solo = worker.gather(worker.solo())
     even = [b_total // world + (1 if r < b_total % world else 0) for r in range(world)]
-    planned = 3 * steps + config["max_rounds"] * config["round_steps"]
+    planned = 5 * steps + config["max_rounds"] * config["round_steps"]
     worker.run_phase("warm-up", even, 2, planned)  # first-call allocations are not measured
     worker.steps_done = 0
     even_means = worker.gather(worker.run_phase("even", even, steps, planned))
@@ -281,7 +321,10 @@ def worker_main(config: dict[str, Any]) -> None:
     )
     split = list(final_plan.local_batches)
     data_means = worker.gather(worker.run_phase("data", split, steps, planned))
+    by_priors = prior_split(b_total, config["prior_ratios"])
+    prior_means = worker.gather(worker.run_phase("prior", by_priors, steps, planned))
     again_means = worker.gather(worker.run_phase("even-again", even, steps, planned))
+    alone_means = worker.run_alone(steps, planned)
     if worker.rank == 0:
         result = {
             "calibration": calibration,
@@ -290,7 +333,9 @@ def worker_main(config: dict[str, Any]) -> None:
             "rounds": round_reports,
             "settled": reason,
             "data": phase_report(split, steps, b_total, data_means),
+            "prior": phase_report(by_priors, steps, b_total, prior_means),
             "even_again": phase_report(even, steps, b_total, again_means),
+            "fastest_alone": alone_report(b_total, world, steps, alone_means),
         }
         Path(config["out"]).write_text(json.dumps(result, indent=2))
     # Everyone leaves together: a rank tearing its connections down while another still uses them

@@ -44,6 +44,44 @@ def ideal_speedup(balanced_speeds: Sequence[float], even_speeds: Sequence[float]
     return sum(balanced_speeds) / (len(even_speeds) * min(even_speeds))
 
 
+def ideal_over_split(
+    balanced_speeds: Sequence[float], split: Sequence[int], speeds: Sequence[float]
+) -> float:
+    """The speed-up a perfectly balanced split at `balanced_speeds` allows over `split` run at
+    `speeds` (each worker's samples/s of compute; a worker given no samples does not count): the
+    balanced rate, sum of speeds, over the split's, its samples over its slowest worker's time."""
+    busiest = max(b / v for b, v in zip(split, speeds, strict=True) if b > 0)
+    return sum(balanced_speeds) * busiest / sum(split)
+
+
+# Host drift: the two even phases (before and after the balanced one) may differ by at most this
+# much, or the host changed speed under the run and the comparison between phases is not fair.
+DRIFT_LIMIT = 0.05
+OF_IDEAL_TARGET = 0.9  # the balanced split reaches at least this share of the ideal over each baseline
+
+
+def baseline_comparison(
+    balanced_rate: float,
+    balanced_speeds: Sequence[float],
+    rate: float,
+    split: Sequence[int],
+    speeds: Sequence[float],
+) -> dict[str, Any]:
+    """The balanced run against one baseline run of the same job: its speed-up, the ideal the
+    measured speeds allow over the baseline's split, and the share of that ideal reached."""
+    ideal = ideal_over_split(balanced_speeds, split, speeds)
+    speedup = balanced_rate / rate
+    return {
+        "local_batches": list(split),
+        "samples_per_s": rate,
+        "speedup": speedup,
+        "ideal_speedup": ideal,
+        "of_ideal": speedup / ideal,
+        "target_met": speedup / ideal >= OF_IDEAL_TARGET,
+        "above_ideal": speedup > ideal * (1 + ABOVE_IDEAL_TOLERANCE),
+    }
+
+
 @dataclass(frozen=True)
 class Verdict:
     speeds_held: bool  # every measured phase within RATIO_TOLERANCE of the claimed ratios

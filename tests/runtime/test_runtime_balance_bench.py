@@ -89,6 +89,42 @@ def test_a_run_at_the_claimed_speeds_summarizes_to_the_known_figures(balance: Mo
     assert not slower["speeds_held"] and slower["ratio_deviation"]["data"] == pytest.approx(0.2)
 
 
+def test_the_balanced_run_against_each_baseline_a_user_would_run(balance: ModuleType) -> None:
+    """True speeds 4000 : 2000 : 600 samples/s, batch 1320: balanced steps last 1320 / 6600 s. The
+    priors' 4 : 2 : 1 split is 754 / 377 / 189, whose steps wait 189 / 600 s on the slow worker; the
+    fastest worker alone takes 1320 / 4000 s; the even split 440 / 600 s. The balanced run reaches 96%
+    of its rate, the baselines all of theirs: 96% of each ideal."""
+    speeds = [4000.0, 2000.0, 600.0]
+    claimed = [1.0, 0.5, 0.15]
+    raw = {
+        "solo": [{"local_batch": 440, "compute_s": 440 / v} for v in speeds],
+        "even": phase([440, 440, 440], speeds, 1320 / (440 / 600)),
+        "data": phase([800, 400, 120], speeds, 6600 * 0.96),
+        "prior": phase([754, 377, 189], speeds, 1320 / (189 / 600)),
+        "even_again": phase([440, 440, 440], speeds, 1320 / (440 / 600)),
+        "fastest_alone": {
+            "local_batches": [1320, 0, 0],
+            "worker_compute_ms": [1e3 * 1320 / 4000, 0.0, 0.0],
+            "samples_per_s": 4000.0,
+        },
+    }
+    baselines = balance.summarize(raw, claimed)["baselines"]
+    assert baselines["prior"]["ideal_speedup"] == pytest.approx(6600 * (189 / 600) / 1320)
+    assert baselines["fastest_alone"]["ideal_speedup"] == pytest.approx(6600 / 4000)
+    assert baselines["even"]["ideal_speedup"] == pytest.approx(6600 / (3 * 600))
+    for compared in baselines.values():
+        assert compared["of_ideal"] == pytest.approx(0.96) and compared["target_met"]
+    # The host slowed by 10% between the even phases: the run says so and is not valid.
+    raw["even_again"] = phase([440, 440, 440], speeds, 0.9 * 1320 / (440 / 600))
+    drifted = balance.summarize(raw, claimed)
+    assert not drifted["valid"] and "drifted -10.0%" in drifted["problems"][-1]
+    # A run faster than its speeds allow over the fastest worker alone is a broken measurement.
+    raw["even_again"] = raw["even"]
+    raw["fastest_alone"]["samples_per_s"] = 3000.0
+    broken = balance.summarize(raw, claimed)
+    assert broken["baselines"]["fastest_alone"]["above_ideal"] and not broken["valid"]
+
+
 def test_simulated_gpus_share_a_core_while_their_load_fits_in_half_of_it(balance: ModuleType) -> None:
     assert balance.core_of_each_worker([0.25, 0.125, 0.0625], [0, 1]) == [0, 0, 0]
     assert balance.core_of_each_worker([1.0, 0.5, 0.25], [0, 1]) == [0, 1, 1]
