@@ -158,10 +158,18 @@ def real_row(run: dict[str, Any]) -> str:
         f"{run['of_fastest_alone']:.3f}" if "of_fastest_alone" in run else "-",
         f"{run['sync_share']:.1%}" if "sync_share" in run else "-",
         " / ".join(f"{ms:.1f}" for ms in run["sync_alone_ms"]) if "sync_alone_ms" in run else "-",
-        run["verdict"],
+        real_verdict(run),
         f"[json]({run['artifact'].removeprefix('bench/')})",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def real_verdict(run: dict[str, Any]) -> str:
+    """The run's own verdict, unless its even phases drifted apart (runs from before that was judged
+    at run time are judged here by the same rule)."""
+    if abs(run["host_drift"]) > DRIFT_LIMIT and not run["verdict"].startswith("**invalid"):
+        return f"**invalid: the host drifted {run['host_drift']:+.1%}**"
+    return str(run["verdict"])
 
 
 REAL_HEAD = (

@@ -162,6 +162,37 @@ def test_real_hardware_workers_differ_or_say_they_cannot() -> None:
     assert [(p.threads, p.cores) for p in small] == [(1, [0]), (1, [1])]
 
 
+def test_a_real_hardware_run_whose_host_drifted_claims_nothing() -> None:
+    """Two workers at 300 and 100 samples/s of compute; the even phase after the balanced one ran 22%
+    faster than the one before it (as a run on a shared machine once did)."""
+    real = bench_module("runtime_real_hetero")
+
+    def phase(batches: list[int], rate: float) -> dict[str, Any]:
+        computes = [1e3 * batches[0] / 300, 1e3 * batches[1] / 100]
+        return {
+            "local_batches": batches,
+            "worker_compute_ms": computes,
+            "samples_per_s": rate,
+            "worker_step_ms": [max(computes) * 1.05] * 2,
+            "slowest_compute_per_step_ms": max(computes),
+        }
+
+    raw = {
+        "solo": [{"local_batch": 300, "compute_s": 1.0}, {"local_batch": 100, "compute_s": 1.0}],
+        "even": phase([200, 200], 190.0),
+        "balanced": phase([300, 100], 380.0),
+        "even_again": phase([200, 200], 190.0),
+    }
+    plans = [real.WorkerPlan("cuda:0", 1, [0]), real.WorkerPlan("cpu", 4, [1, 2, 3, 4])]
+    steady = real.summarize(raw, plans, gpu_machine=True)
+    assert steady["verdict"] == "target met", steady
+    raw["even_again"] = phase([200, 200], 190.0 * 1.22)
+    drifted = real.summarize(raw, plans, gpu_machine=True)
+    assert drifted["host_drift"] == pytest.approx(0.22)
+    assert drifted["verdict"] == "**invalid: the host drifted**"
+    assert any("drifted +22.0%" in note for note in drifted["notes"])
+
+
 def test_benchmarks_md_runtime_section_is_the_committed_artifacts_rendered() -> None:
     report = bench_module("runtime_report")
     simulated, real = report.load_artifacts()
