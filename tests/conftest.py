@@ -78,13 +78,27 @@ TRAINING_FOLDERS = ("tests/e2e/", "tests/runtime/", "tests/gpu/")
 WAITING_MODULES = ("tests/e2e/test_container_nodes.py",)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With two workers (`make test` runs `-n 2 --dist loadgroup`): one runs the tests that train on
-    this host's cores (end to end and runtime), the other everything else, each its group in order,
-    so that no two training tests compete for the cores and each shared bed boots on one worker."""
-    for item in items:
-        trains = item.nodeid.startswith(TRAINING_FOLDERS) and not item.nodeid.startswith(WAITING_MODULES)
-        item.add_marker(pytest.mark.xdist_group("trains" if trains else "cluster"))
+def lane_of(nodeid: str) -> str:
+    """Which of the two workers a test runs on: the tests that train on this host's cores (end to
+    end and runtime) all on one, so that no two of them compete for the cores and each of their
+    shared beds boots once; everything else on the other."""
+    trains = nodeid.startswith(TRAINING_FOLDERS) and not nodeid.startswith(WAITING_MODULES)
+    return "trains" if trains else "cluster"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`make test` runs `-n 2 --dist loadgroup`: the work is split by `lane_of`, one lane a worker.
+    (A scheduler of our own rather than xdist_group marks: pytest 9 keeps an item's node id when
+    xdist appends the group to it, so the marks would group nothing.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByLane(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid)
+
+    return ByLane(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
