@@ -57,6 +57,16 @@ def ideal_over_split(
 # Host drift: the two even phases (before and after the balanced one) may differ by at most this
 # much, or the host changed speed under the run and the comparison between phases is not fair.
 DRIFT_LIMIT = 0.05
+
+
+def drift_problem(even_rate: float, even_again_rate: float) -> tuple[float, str | None]:
+    """The host's drift between the two even phases, and why the run is invalid if it is too large."""
+    drift = even_again_rate / even_rate - 1.0
+    if abs(drift) <= DRIFT_LIMIT:
+        return drift, None
+    return drift, f"the host drifted {drift:+.1%} between the two even phases (limit {DRIFT_LIMIT:.0%})"
+
+
 OF_IDEAL_TARGET = 0.9  # the balanced split reaches at least this share of the ideal over each baseline
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_workers import run_workers, write_artifact
-from runtime_fidelity import DRIFT_LIMIT, achieved_speeds, ideal_speedup, machine
+from runtime_fidelity import achieved_speeds, drift_problem, ideal_speedup, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EFFICIENCY_TARGET_GPU = 0.90
@@ -145,16 +145,13 @@ def summarize(raw: dict[str, Any], plans: list[WorkerPlan], gpu_machine: bool) -
             f"{plans[fastest].label} alone would train {1 / of_fastest_alone:.2f}x as fast: the other "
             "workers add less than their share of the synchronisation costs"
         )
-    drift = raw["even_again"]["samples_per_s"] / raw["even"]["samples_per_s"] - 1.0
-    if abs(drift) > DRIFT_LIMIT:
-        notes.append(
-            f"the host drifted {drift:+.1%} between the two even phases (limit {DRIFT_LIMIT:.0%}): the "
-            "phases between them ran on a host of another speed, and no figure of this run is claimed"
-        )
+    drift, drifted = drift_problem(raw["even"]["samples_per_s"], raw["even_again"]["samples_per_s"])
+    if drifted:
+        notes.append(f"{drifted}: the phases between them ran on a host of another speed")
     broken = speedup > ideal * 1.02 or efficiency > 1.02
     if broken:
         verdict = "**invalid: above the limit the speeds allow**"
-    elif abs(drift) > DRIFT_LIMIT:
+    elif drifted:
         verdict = "**invalid: the host drifted**"
     elif not heterogeneous:
         verdict = "equal workers: no heterogeneity shown"

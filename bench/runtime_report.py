@@ -167,7 +167,7 @@ def real_row(run: dict[str, Any]) -> str:
 def real_verdict(run: dict[str, Any]) -> str:
     """The run's own verdict, unless its even phases drifted apart (runs from before that was judged
     at run time are judged here by the same rule)."""
-    if abs(run["host_drift"]) > DRIFT_LIMIT and not run["verdict"].startswith("**invalid"):
+    if abs(run["host_drift"]) > DRIFT_LIMIT and not str(run["verdict"]).startswith("**invalid"):
         return f"**invalid: the host drifted {run['host_drift']:+.1%}**"
     return str(run["verdict"])
 
