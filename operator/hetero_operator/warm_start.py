@@ -10,7 +10,8 @@ milliseconds, with what a fresh interpreter would have:
   (stdout by blocks, or lines on a terminal; stderr by lines; neither under PYTHONUNBUFFERED);
 - `sys.path` as the interpreter builds it: the script's directory, the working directory for `-m`,
   '' for `-c`, then the interpreter's own entries;
-- default signal dispositions (Python's SIGINT handler, SIGPIPE ignored, every other signal default),
+- the signal dispositions exec gives: the starter's ignored signals still ignored, every other one
+  default, then Python's own (its SIGINT handler unless SIGINT is ignored, SIGPIPE ignored),
   a session of its own when asked, fresh seeds for `random` and numpy's global generator, no exit
   handler but its own;
 - its exit code: 0, a SystemExit's code, 1 after an uncaught exception (its traceback on stderr), or
@@ -140,11 +141,13 @@ class Request:
     env: dict[str, str]
     cwd: str
     new_session: bool
+    ignored_signals: tuple[int, ...] = ()  # the starter's: an exec'd child keeps them ignored
 
     @classmethod
     def from_json(cls, text: str) -> Request:
         body = json.loads(text)
         body["program"] = Program(**{**body["program"], "args": tuple(body["program"]["args"])})
+        body["ignored_signals"] = tuple(body.get("ignored_signals") or ())
         return cls(**body)
 
 
@@ -292,7 +295,7 @@ def _become(request: Request, fds: Sequence[int]) -> None:
             os.dup2(fd, target)
         for fd in set(fds) - {0, 1, 2}:
             os.close(fd)
-        _default_signals()
+        _default_signals(request.ignored_signals)
         os.chdir(request.cwd)
         os.environ.clear()
         os.environ.update(request.env)
@@ -309,14 +312,37 @@ def _become(request: Request, fds: Sequence[int]) -> None:
     os._exit(code)
 
 
-def _default_signals() -> None:
+def _default_signals(ignored: Sequence[int]) -> None:
+    """A fresh interpreter's dispositions: handlers reset by exec, those the starter ignored still
+    ignored (SIGINT included: Python installs its handler only over a default one), then Python's own."""
     for number in signal.valid_signals():
         if number in (signal.SIGKILL, signal.SIGSTOP):
             continue
         with contextlib.suppress(OSError, ValueError, RuntimeError):
-            signal.signal(number, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(number, signal.SIG_IGN if number in ignored else signal.SIG_DFL)
+    if signal.SIGINT not in ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+# Python ignores these itself, and Popen restores them to default before it execs a child.
+PYTHONS_OWN_IGNORED = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+
+
+def ignored_signals() -> tuple[int, ...]:
+    """The signals this process ignores that a child it execs would still ignore."""
+    return tuple(
+        int(number)
+        for number in signal.valid_signals()
+        if number not in PYTHONS_OWN_IGNORED and _ignored(number)
+    )
+
+
+def _ignored(number: int) -> bool:
+    try:
+        return signal.getsignal(number) == signal.SIG_IGN
+    except (OSError, ValueError):
+        return False
 
 
 def _text_stream(fd: int, writing: bool, line_buffering: bool, unbuffered: bool) -> IO[str]:
@@ -569,6 +595,7 @@ def spawn(
             dict(os.environ if env is None else env),
             str(cwd or os.getcwd()),
             start_new_session,
+            ignored_signals(),
         )
         started = _start_warm(address, request, stdin, stdout, stderr, text, list(argv))
         if started is not None:

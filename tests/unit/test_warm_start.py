@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -73,6 +74,24 @@ def test_a_warm_start_sees_and_ends_as_a_fresh_one(
     assert warm[2] == fresh[2]  # the traceback (the program's frames only) and the atexit line
     if ending == "raise":
         assert "ValueError: probe failure" in warm[2] and "warm_start" not in warm[2]
+
+
+def test_signals_the_starter_ignores_stay_ignored_as_across_exec(
+    warm_socket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A starter in the background of a shell ignores SIGINT; a fresh interpreter it starts keeps
+    SIGINT ignored (no KeyboardInterrupt handler), and so does a warm one."""
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        env = {k: v for k, v in os.environ.items() if k != WARM_START_ENV}
+        argv = [sys.executable, str(PROBE), "end"]
+        fresh = json.loads(launch(argv, tmp_path, env, None, monkeypatch)[1])
+        warm = json.loads(launch(argv, tmp_path, env, warm_socket, monkeypatch)[1])
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    assert fresh["signals"]["SIGINT"] == "ignore"  # the independent expectation: exec keeps it
+    assert warm["signals"] == fresh["signals"]
 
 
 def test_two_warm_starts_draw_different_random_numbers(
