@@ -89,7 +89,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    # OMP_NUM_THREADS when given (torchrun sets 1 for several processes), else a share of the cores:
+    # more threads than free cores make every parallel region wait for a descheduled one.
+    shared = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or shared))
     heterotrain.init()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
