@@ -73,16 +73,18 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 TRAINING_FOLDERS = ("tests/e2e/", "tests/runtime/", "tests/gpu/")
-# End-to-end modules that mostly wait (on containers, on a start timeout) rather than train: they go
-# with the control-plane tests, so that the two workers' shares come out about even.
-WAITING_MODULES = ("tests/e2e/test_container_nodes.py",)
+# End-to-end modules that go with the control-plane tests, so that the two workers' shares come out
+# about even: they mostly wait (on containers, on a start timeout), or what they assert does not
+# depend on the simulated speeds holding (the steps a preempted job loses), and they boot their own
+# beds, so they share none with the training lane.
+OTHER_LANE_MODULES = ("tests/e2e/test_container_nodes.py", "tests/e2e/test_preemption_resume.py")
 
 
 def lane_of(nodeid: str) -> str:
     """Which of the two workers a test runs on: the tests that train on this host's cores (end to
-    end and runtime) all on one, so that no two of them compete for the cores and each of their
-    shared beds boots once; everything else on the other."""
-    trains = nodeid.startswith(TRAINING_FOLDERS) and not nodeid.startswith(WAITING_MODULES)
+    end and runtime, but `OTHER_LANE_MODULES`) all on one, so that no two of them compete for the
+    cores and each of their shared beds boots once; everything else on the other."""
+    trains = nodeid.startswith(TRAINING_FOLDERS) and not nodeid.startswith(OTHER_LANE_MODULES)
     return "trains" if trains else "cluster"
 
 
