@@ -5,8 +5,9 @@ With --queues (HeteroQueue manifests, as applied to a cluster), each trace row's
 its job waits in, the heterotrain policy serves queues by fair share within their quotas, and the
 results add average JCT per tenant. ``--knowledge measured`` (the default) shows every policy the
 speeds the operator would have measured by then (the GPU classes' priors until a job's workload key
-has run); ``--knowledge oracle`` shows every job's true speeds from its arrival. Bad input exits 2
-with a message naming the field.
+has run); ``--knowledge oracle`` shows every job's true speeds from its arrival. ``--bound`` adds a
+lower bound on the trace's average JCT that no policy can beat (`simulator.lower_bound`, from the true
+speeds) and each policy's average JCT over it. Bad input exits 2 with a message naming the field.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -30,6 +31,7 @@ from hetero_operator.simulator.engine import EngineOptions, SimulationError, Sim
 from hetero_operator.simulator.engine import simulate as run_simulation
 from hetero_operator.simulator.jobs import JobSetupError
 from hetero_operator.simulator.knowledge import KnowledgeMode, KnowledgeSettings
+from hetero_operator.simulator.lower_bound import BoundError, LowerBound, lower_bound
 from hetero_operator.simulator.policies import POLICIES, HeterotrainPolicy, SchedulingPolicy, make_policy
 from hetero_operator.simulator.report import summarize, write_plots
 from hetero_operator.simulator.trace import TraceError, TraceJob, generate_trace, load_trace
@@ -78,6 +80,12 @@ def simulate(
         float,
         typer.Option("--measurement-noise", min=0.0, help="Std. dev. of log(measured / true speed)."),
     ] = 0.0,
+    bound: Annotated[
+        bool,
+        typer.Option(
+            "--bound", help="Also compute a lower bound on average JCT that holds for every policy."
+        ),
+    ] = False,
 ) -> None:
     """Simulate the cluster under one policy (or all) and print JSON results."""
     try:
@@ -115,16 +123,38 @@ def simulate(
                 results.append(run_simulation(spec, rows, chosen, options, on_finish=advance))
             except (JobSetupError, SimulationError) as exc:
                 raise _fail(str(exc)) from None
+    summaries: list[dict[str, Any]] = [_with_tenants(r) if queue_infos else summarize(r) for r in results]
     document = {
         "cluster": str(cluster),
         "trace": str(trace) if trace is not None else f"generated(seed={seed}, jobs={jobs}, load={load})",
         "gpus": spec.gpus_per_class(),
         "knowledge": knowledge.value,
-        "results": [_with_tenants(r) if queue_infos else summarize(r) for r in results],
+        "results": summaries,
     }
+    if bound:
+        try:
+            found = lower_bound(spec, rows, options)
+        except BoundError as exc:
+            raise _fail(str(exc)) from None
+        document["lower_bound"] = _bound_summary(found)
+        for summary in summaries:
+            summary["avg_jct_over_bound"] = summary["avg_jct"] / found.avg_jct_s
     if out is not None:
         document["plots"] = [str(p) for p in write_plots(results, out)]
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def _bound_summary(found: LowerBound) -> dict[str, float | int]:
+    """The bound's JSON: seconds, and the size of the LP that gave it."""
+    return {
+        "avg_jct": found.avg_jct_s,
+        "isolation_avg_jct": found.isolation_avg_jct_s,
+        "avg_jct_over_isolation": found.avg_jct_s / found.isolation_avg_jct_s,
+        "variables": found.variables,
+        "constraints": found.constraints,
+        "solves": found.rounds,
+        "solve_seconds": found.solve_s,
+    }
 
 
 def _policy(name: str, charging: Charging) -> SchedulingPolicy:
