@@ -40,3 +40,9 @@ def test_the_fair_share_section_is_the_artifact_rendered_and_judged_per_seed() -
     worst = [seed["runs"]["speed-priced"]["max_rho"] for seed in artifact["per_seed"]]
     every_seed = all(rho <= fair_share.MAX_RHO_TARGET for rho in worst)
     assert ("and in every seed: **met**" in section(fair_share.SECTION)) == every_seed
+
+
+def test_the_real_trace_section_is_the_artifact_rendered() -> None:
+    gavel_trace = bench_module("gavel_trace")
+    artifact = json.loads(gavel_trace.ARTIFACT.read_text())
+    assert section(gavel_trace.SECTION) == gavel_trace.report(artifact)
