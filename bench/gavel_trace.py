@@ -29,7 +29,7 @@ def closed(greedy: float, policy: float, bound: float) -> float:
 
 
 def percent(share: float) -> str:
-    return f"{int(round(share * 100))}%"
+    return f"{round(share * 100)}%"
 
 
 def _table(part: dict[str, Any], label: str) -> list[str]:

@@ -5,10 +5,13 @@ artifact keeps, per run: the commit, the tests, failures and skips, the wall tim
 summed test time per folder (on several workers, the sum is more than the wall time) and the slowest
 tests. A run's start log (`+FILE`: the run with HETEROTRAIN_START_LOG=FILE and bench/start_log first on
 PYTHONPATH) adds how many Python interpreters started fresh, how many started warm, and how many test
-beds booted. `--write` keeps the artifact (bench/results/suite_time.json) and regenerates
+beds booted. A run's CPU log (a second `+FILE`: the run with HETEROTRAIN_CPU_LOG=FILE, bench/cpu_log on
+PYTHONPATH and `-p cpu_by_test`) adds the CPU seconds each worker's processes used beside its test
+time, with the folder that took most of that worker's time. `--write` keeps the artifact
+(bench/results/suite_time.json) and regenerates
 BENCHMARKS.md's "## Test suite" section; `--from-json FILE` regenerates only the section.
 
-    python bench/suite_time.py --run "one worker@COMMIT=serial.xml+starts.log" --append --write
+    python bench/suite_time.py --run "one worker@COMMIT=serial.xml+starts.log[+cpu.log]" --append --write
 """
 
 from __future__ import annotations
@@ -48,7 +51,26 @@ def read_starts(path: Path) -> dict[str, int]:
     }
 
 
-def read_report(label: str, commit: str, path: Path, starts: Path | None = None) -> dict[str, Any]:
+def read_cpu(path: Path) -> dict[str, Any]:
+    """Per worker, from a CPU log: its processes' CPU seconds, its tests' seconds, its main folder."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    workers: dict[str, dict[str, Any]] = {}
+    for worker in sorted({row["worker"] for row in rows}):
+        mine = [row for row in rows if row["worker"] == worker]
+        folders: Counter[str] = Counter()
+        for row in mine:
+            folders["/".join(row["test"].split("/")[:2])] += row["wall_s"]
+        workers[worker] = {
+            "cpu_seconds": round(sum(row["cpu_s"] for row in mine), 1),
+            "test_seconds": round(sum(row["wall_s"] for row in mine), 1),
+            "main_folder": folders.most_common(1)[0][0],
+        }
+    return {"cpu_per_worker": workers}
+
+
+def read_report(
+    label: str, commit: str, path: Path, starts: Path | None = None, cpu: Path | None = None
+) -> dict[str, Any]:
     """One run's figures from its JUnit report (and its start log)."""
     suite = ET.parse(path).getroot().find("testsuite")
     if suite is None:
@@ -72,6 +94,7 @@ def read_report(label: str, commit: str, path: Path, starts: Path | None = None)
         "test_seconds_per_folder": {k: round(v, 1) for k, v in per_folder.most_common()},
         "slowest_tests": {name: round(seconds, 1) for name, seconds in slowest},
         **(read_starts(starts) if starts is not None else {}),
+        **(read_cpu(cpu) if cpu is not None else {}),
     }
 
 
@@ -99,6 +122,16 @@ def report(document: dict[str, Any]) -> str:
     for folder in sorted(folders, key=lambda f: -max(r["test_seconds_per_folder"].get(f, 0) for r in runs)):
         cells = [f"{run['test_seconds_per_folder'].get(folder, 0.0) / 60:.1f}" for run in runs]
         lines.append(f"| {folder} | " + " | ".join(cells) + " |")
+    with_cpu = [run for run in runs if run.get("cpu_per_worker")]
+    if with_cpu:
+        lines += ["", "CPU by worker (the run's processes, test beds and ranks included), minutes:", ""]
+        lines += ["| Run | Commit | Worker (its main folder) | CPU | Test time |", "|---|---|---|---|---|"]
+        for run in with_cpu:
+            for worker, used in run["cpu_per_worker"].items():
+                lines.append(
+                    f"| {run['label']} | {run['commit']} | {worker} ({used['main_folder']}) "
+                    f"| {used['cpu_seconds'] / 60:.1f} | {used['test_seconds'] / 60:.1f} |"
+                )
     newest = runs[-1]
     if newest.get("slowest_tests"):
         lines += [
@@ -116,7 +149,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--run", action="append", default=[], help="LABEL@COMMIT=JUNIT_XML[+START_LOG], once per run"
+        "--run",
+        action="append",
+        default=[],
+        help="LABEL@COMMIT=JUNIT_XML[+START_LOG[+CPU_LOG]], once per run",
     )
     parser.add_argument(
         "--append", action="store_true", help="keep the artifact's runs and add these after them"
@@ -129,12 +165,15 @@ def main() -> None:
     for spec in args.run:
         head, _, files = spec.rpartition("=")
         label, _, commit = head.rpartition("@")
-        path, _, starts = files.partition("+")
-        if not (label and commit and path):
-            raise SystemExit(
-                f"--run {spec!r}: expected LABEL@COMMIT=JUNIT_XML or LABEL@COMMIT=JUNIT_XML+START_LOG"
+        path, *logs = files.split("+")
+        if not (label and commit and path) or len(logs) > 2:
+            raise SystemExit(f"--run {spec!r}: expected LABEL@COMMIT=JUNIT_XML[+START_LOG[+CPU_LOG]]")
+        starts, cpu = [*logs, "", ""][:2]
+        runs.append(
+            read_report(
+                label, commit, Path(path), Path(starts) if starts else None, Path(cpu) if cpu else None
             )
-        runs.append(read_report(label, commit, Path(path), Path(starts) if starts else None))
+        )
     if not runs:
         raise SystemExit("--run: give at least one LABEL@COMMIT=JUNIT_XML")
     if args.append and ARTIFACT.exists():
