@@ -19,7 +19,7 @@ from hetero_operator.controller.events import job_event
 from hetero_operator.controller.k8s import path_of
 from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan, Strategy
 from hetero_operator.planner import PerfSample
-from hetero_operator.rebalance import promql
+from hetero_operator.rebalance import promql, watch_step
 from hetero_operator.rebalance.catalog_writes import record_published
 from hetero_operator.rebalance.decide import (
     RebalanceDecision,
@@ -38,21 +38,17 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
-from hetero_operator.rebalance.memory import Confirming, JobMemory, due, watch_due
+from hetero_operator.rebalance.memory import JobMemory, due, watch_due
 from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
 from hetero_operator.rebalance.watch import (
-    SUSPECT_CHANGE,
     Totals,
-    changed_speeds,
-    confirming_steps,
     describe,
     moved_between_splits,
-    moved_within,
     per_sample_seconds,
     same_split_before,
-    window,
 )
+from hetero_operator.rebalance.watch_step import Found
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -132,7 +128,8 @@ class Rebalancer:
             # because a worker's speed changed in between (a round that may straddle that change is
             # no baseline; the watch's own windows judge it).
             if (earlier := same_split_before(memory.plans, memory.measured, plan)) is not None:
-                memory.baselines[plan.version] = per_sample_seconds(earlier[1], earlier[0])
+                baseline = per_sample_seconds(earlier[1], earlier[0])
+                memory.watch = watch_step.rebaseline(memory.watch, plan.version, baseline)
             return None
         if plan.strategy is Strategy.HETPIPE:
             decision = await self._recut(job, plan, measured)
@@ -174,21 +171,17 @@ class Rebalancer:
         it; the watch waits for the steps after this look and decides on them alone."""
         log.info("%s/%s: %s; judged on the steps after this round", job.namespace, job.name, describe(moved))
         memory.last_decided_version = plan.version
-        memory.straddled.add(plan.version)
-        memory.suspected[plan.version] = Confirming(
-            confirming_steps(measured, self.settings.min_confirming_steps)
-        )
+        memory.watch = watch_step.straddle(memory.watch, plan, measured, self.settings)
         await self._start_watching(job, plan, measured, memory, epoch)
 
     async def _start_watching(
         self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory, epoch: int | None
     ) -> None:
-        memory.baselines[plan.version] = per_sample_seconds(measured, plan)
-        memory.watched_epoch = epoch if epoch is not None else -1
         try:
-            memory.totals[plan.version] = await self._fetch_totals(job, plan.version)
+            totals: Totals | None = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
-            memory.totals.pop(plan.version, None)  # the next look starts the window
+            totals = None  # the next look starts the window
+        memory.watch = watch_step.start(memory.watch, plan, measured, epoch, totals)
 
     async def _fetch_totals(self, job: HeteroTrainJob, version: int) -> Totals:
         url = self.settings.prometheus_url
@@ -207,38 +200,20 @@ class Rebalancer:
             totals = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
             return None  # the outage is reported by the snapshot's pass
-        before = memory.totals.get(plan.version)
-        recent = window(before, totals, plan.version, epoch) if before is not None else None
-        confirming = memory.suspected.get(plan.version)
-        steps = min(w.steps for w in recent.workers) if recent is not None else 0
-        if confirming is not None and steps < confirming.steps:
-            confirming.looks.append(totals)
-            return None  # the confirming window goes on from the same look
-        memory.totals[plan.version] = totals
-        memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
-        if recent is None or steps < self.settings.min_steps:
-            return None
-        speeds = per_sample_seconds(recent, plan)
-        baseline = memory.baselines.get(plan.version, {})
-        if confirming is None:
-            if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
-                needed = confirming_steps(recent, self.settings.min_confirming_steps)
-                memory.suspected[plan.version] = Confirming(needed)
-                log.info("%s/%s: maybe %s (%d steps)", job.namespace, job.name, describe(suspect), steps)
-            return None
-        if before is not None and (
-            moved := moved_within(before, confirming.looks, totals, plan, self.settings.min_steps)
-        ):
+        looked = watch_step.look(memory.watch, plan, epoch, totals, self.settings)
+        memory.watch = looked.state
+        found, recent = looked.found, looked.window
+        who = f"{job.namespace}/{job.name}"
+        if found is Found.SUSPECT:
+            log.info("%s: maybe %s (%d steps)", who, describe(looked.changed), looked.steps)
+        elif found is Found.MOVED_WITHIN:
             # The change began inside the confirming window: confirm it on the steps after it.
-            log.info("%s/%s: %s inside the confirming window", job.namespace, job.name, describe(moved))
-            memory.suspected[plan.version] = Confirming(confirming.steps)
-            return None
-        memory.suspected.pop(plan.version, None)
-        if plan.version in memory.straddled:
-            memory.straddled.discard(plan.version)
+            log.info("%s: %s inside the confirming window", who, describe(looked.changed))
+        elif found is Found.STRADDLED and recent is not None:
             return await self._after_straddle(job, state, plan, recent, memory, epoch)
-        changed = changed_speeds(baseline, speeds)
-        return await self._reopen(job, state, plan, recent, changed, epoch, memory) if changed else None
+        elif found is Found.CHANGED and recent is not None:
+            return await self._reopen(job, state, plan, recent, dict(looked.changed), epoch, memory)
+        return None
 
     async def _after_straddle(
         self,
@@ -280,7 +255,8 @@ class Rebalancer:
         decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
         if decision.plan is not None:
             memory.last_decided_version = plan.version
-        memory.baselines[plan.version] = per_sample_seconds(recent, plan)  # one change reopens it once
+        # One change reopens it once.
+        memory.watch = watch_step.rebaseline(memory.watch, plan.version, per_sample_seconds(recent, plan))
         await self._publish(job, state.status, plan, decision)
         return decision
 
