@@ -17,17 +17,11 @@ from hetero_operator.controller import launcher, names
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.events import job_event
 from hetero_operator.controller.k8s import path_of
-from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan, Strategy
+from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import PerfSample
 from hetero_operator.rebalance import promql, watch_step
 from hetero_operator.rebalance.catalog_writes import record_published
-from hetero_operator.rebalance.decide import (
-    RebalanceDecision,
-    batch_policy,
-    confirm,
-    decide,
-    measured_iteration_seconds,
-)
+from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, measured_iteration_seconds
 from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.job_metrics import MetricsSnapshot
 from hetero_operator.rebalance.job_status import MetricsState, published_status, said_unavailable
@@ -41,13 +35,8 @@ from hetero_operator.rebalance.measurements import (
 from hetero_operator.rebalance.memory import JobMemory, due, watch_due
 from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
-from hetero_operator.rebalance.watch import (
-    Totals,
-    describe,
-    moved_between_splits,
-    per_sample_seconds,
-    same_split_before,
-)
+from hetero_operator.rebalance.step import Look, Origin, Round, step
+from hetero_operator.rebalance.watch import Totals, describe
 from hetero_operator.rebalance.watch_step import Found
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
@@ -120,68 +109,49 @@ class Rebalancer:
             return None
         await state.say(True, "WorkersReporting", "every worker reports metrics")
         memory.measured[plan.version] = measured
-        history = await self._history(job, memory)
-        if memory.converged:  # the split went back to one that measured better: keep it, and watch it
-            memory.last_decided_version = plan.version
-            await self._start_watching(job, plan, measured, memory, epoch)
-            # Watched against its speeds when it last ran: it may have measured worse than this split
-            # because a worker's speed changed in between (a round that may straddle that change is
-            # no baseline; the watch's own windows judge it).
-            if (earlier := same_split_before(memory.plans, memory.measured, plan)) is not None:
-                baseline = per_sample_seconds(earlier[1], earlier[0])
-                memory.watch = watch_step.rebaseline(memory.watch, plan.version, baseline)
-            return None
-        if plan.strategy is Strategy.HETPIPE:
-            decision = await self._recut(job, plan, measured)
-            if decision is None:
-                return None  # the layer costs are not all in yet: look again on the next pass
-        elif moved := self._moved(job, plan, measured, memory):
-            await self._straddled(job, plan, measured, moved, memory, epoch)
-            return None
-        else:
-            decision = self._decide(job, plan, measured, history, memory)
-        return await self._conclude(job, state, plan, measured, decision, memory, epoch)
+        return await self._step(job, state, memory, Origin.FIRST, plan, measured, epoch)
 
-    async def _conclude(
+    async def _step(
         self,
         job: HeteroTrainJob,
         state: MetricsState,
+        memory: JobMemory,
+        origin: Origin,
         plan: Plan,
         measured: JobMeasurements,
-        decision: RebalanceDecision,
-        memory: JobMemory,
         epoch: int | None,
-    ) -> RebalanceDecision:
-        memory.last_decided_version = plan.version
-        if decision.plan is None:  # the split stays: watch it from here
-            await self._start_watching(job, plan, measured, memory, epoch)
-        await self._publish(job, state.status, plan, decision)
-        return decision
-
-    async def _straddled(
-        self,
-        job: HeteroTrainJob,
-        plan: Plan,
-        measured: JobMeasurements,
-        moved: dict[int, float],
-        memory: JobMemory,
-        epoch: int | None,
-    ) -> None:
-        """A worker's speed moved since the last round, maybe inside this one: no split is decided on
-        it; the watch waits for the steps after this look and decides on them alone."""
-        log.info("%s/%s: %s; judged on the steps after this round", job.namespace, job.name, describe(moved))
-        memory.last_decided_version = plan.version
-        memory.watch = watch_step.straddle(memory.watch, plan, measured, self.settings)
-        await self._start_watching(job, plan, measured, memory, epoch)
-
-    async def _start_watching(
-        self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory, epoch: int | None
-    ) -> None:
-        try:
-            totals: Totals | None = await self._fetch_totals(job, plan.version)
-        except MetricsUnavailable:
-            totals = None  # the next look starts the window
-        memory.watch = watch_step.start(memory.watch, plan, measured, epoch, totals)
+        changed: Mapping[int, float] | None = None,
+    ) -> RebalanceDecision | None:
+        """Step the job's rebalancing on one round, fetching what the step asks for, then start the
+        watch it asks for and publish its decision."""
+        history = await self._history(job, memory) if origin is Origin.FIRST else None
+        policy = batch_policy(job.spec, self._classes(job))
+        seen = Round(origin, plan, measured, epoch, policy, changed=changed or {}, history=history)
+        seen = replace(seen, plans=dict(memory.plans), measurements=dict(memory.measured))
+        taken = step(memory.state, seen, self.settings)
+        while taken.look is not Look.NOTHING:
+            if taken.look is Look.HISTORY:
+                history = await self._history(job, memory)  # may read measurements missing so far
+                seen = replace(seen, history=history, measurements=dict(memory.measured))
+            else:
+                stage_cuts = await self._recut(job, plan, measured)
+                if stage_cuts is None:
+                    return None  # the layer costs are not all in yet: look again on the next pass
+                seen = replace(seen, stage_cuts=stage_cuts)
+            taken = step(memory.state, seen, self.settings)
+        memory.state = taken.state
+        if taken.note is not None:
+            log.info("%s/%s: %s", job.namespace, job.name, taken.note)
+        if taken.watch is not None:
+            try:
+                totals: Totals | None = await self._fetch_totals(job, plan.version)
+            except MetricsUnavailable:
+                totals = None  # the next look starts the window
+            watch = watch_step.start(memory.state.watch, plan.version, taken.watch, epoch, totals)
+            memory.state = replace(memory.state, watch=watch)
+        if taken.decision is not None:
+            await self._publish(job, state.status, plan, taken.decision)
+        return taken.decision
 
     async def _fetch_totals(self, job: HeteroTrainJob, version: int) -> Totals:
         url = self.settings.prometheus_url
@@ -190,9 +160,8 @@ class Rebalancer:
     async def _watch(
         self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
     ) -> RebalanceDecision | None:
-        """One look at a settled split over the epochs since the last: a worker whose speed changed in
-        that window and again in the steps after it (the first window may have begun before the
-        change) reopens the decision, judged on the second window alone."""
+        """One look at a settled split over the epochs since the last (`watch_step.look`): a
+        confirmed change, or the steps after a straddled round, are stepped on as a round."""
         plan = await self._current_plan(job, memory)
         if plan is None:
             return None
@@ -200,8 +169,8 @@ class Rebalancer:
             totals = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
             return None  # the outage is reported by the snapshot's pass
-        looked = watch_step.look(memory.watch, plan, epoch, totals, self.settings)
-        memory.watch = looked.state
+        looked = watch_step.look(memory.state.watch, plan, epoch, totals, self.settings)
+        memory.state = replace(memory.state, watch=looked.state)
         found, recent = looked.found, looked.window
         who = f"{job.namespace}/{job.name}"
         if found is Found.SUSPECT:
@@ -209,56 +178,12 @@ class Rebalancer:
         elif found is Found.MOVED_WITHIN:
             # The change began inside the confirming window: confirm it on the steps after it.
             log.info("%s: %s inside the confirming window", who, describe(looked.changed))
-        elif found is Found.STRADDLED and recent is not None:
-            return await self._after_straddle(job, state, plan, recent, memory, epoch)
-        elif found is Found.CHANGED and recent is not None:
-            return await self._reopen(job, state, plan, recent, dict(looked.changed), epoch, memory)
+        elif found in (Found.STRADDLED, Found.CHANGED) and recent is not None:
+            # A split decided now is confirmed against the split as it runs now.
+            memory.measured[plan.version] = recent
+            origin = Origin.AFTER_STRADDLE if found is Found.STRADDLED else Origin.CHANGED
+            return await self._step(job, state, memory, origin, plan, recent, epoch, looked.changed)
         return None
-
-    async def _after_straddle(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        plan: Plan,
-        recent: JobMeasurements,
-        memory: JobMemory,
-        epoch: int | None,
-    ) -> RebalanceDecision:
-        """The steps after a round that showed a worker's speed moved: if they show it too, the split
-        is decided anew on them; if not, the round only seemed moved, and the split is judged as
-        usual, with these steps as its round."""
-        changed = self._moved(job, plan, recent, memory)
-        if changed:
-            return await self._reopen(job, state, plan, recent, changed, epoch, memory)
-        memory.measured[plan.version] = recent
-        history = await self._history(job, memory)
-        decision = self._decide(job, plan, recent, history, memory)
-        return await self._conclude(job, state, plan, recent, decision, memory, epoch)
-
-    async def _reopen(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        plan: Plan,
-        recent: JobMeasurements,
-        changed: dict[int, float],
-        epoch: int | None,
-        memory: JobMemory,
-    ) -> RebalanceDecision:
-        """A settled split whose workers changed speed: decide again, on the newest round alone."""
-        log.info("%s/%s: %s", job.namespace, job.name, describe(changed))
-        memory.converged = False
-        memory.history_from = plan.version
-        memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now
-        policy = batch_policy(job.spec, self._classes(job))
-        decision = decide(plan, record({}, recent, plan), policy, recent, (epoch or 0) + 1)
-        decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
-        if decision.plan is not None:
-            memory.last_decided_version = plan.version
-        # One change reopens it once.
-        memory.watch = watch_step.rebaseline(memory.watch, plan.version, per_sample_seconds(recent, plan))
-        await self._publish(job, state.status, plan, decision)
-        return decision
 
     @staticmethod
     def _classes(job: HeteroTrainJob) -> list[str]:
@@ -291,39 +216,6 @@ class Rebalancer:
             return False
         return True
 
-    @staticmethod
-    def _moved(
-        job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory
-    ) -> dict[int, float]:
-        """Ranks whose speed moved between the last split's round and this one's (fixed splits only:
-        an adaptive batch's rounds are compared by the policy itself)."""
-        previous = memory.plans.get(plan.version - 1)
-        previous_measured = memory.measured.get(plan.version - 1)
-        if previous is None or previous_measured is None:
-            return {}
-        if batch_policy(job.spec, Rebalancer._classes(job)).adaptive:
-            return {}
-        return moved_between_splits(previous, previous_measured, plan, measured)
-
-    def _decide(
-        self,
-        job: HeteroTrainJob,
-        plan: Plan,
-        measured: JobMeasurements,
-        history: dict[int, list[PerfSample]],
-        memory: JobMemory,
-    ) -> RebalanceDecision:
-        policy = batch_policy(job.spec, self._classes(job))
-        apply_at = (measured.epoch or 0) + 1
-        previous = memory.plans.get(plan.version - 1)
-        previous_measured = memory.measured.get(plan.version - 1)
-        if previous is not None and previous_measured is not None and not policy.adaptive:
-            verdict = confirm(plan, measured, previous, previous_measured, policy.min_improvement, apply_at)
-            memory.converged = verdict is not None
-            if verdict is not None:
-                return verdict
-        return decide(plan, history, policy, measured, apply_at)
-
     async def _recut(
         self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements
     ) -> RebalanceDecision | None:
@@ -345,7 +237,7 @@ class Rebalancer:
     async def _history(self, job: HeteroTrainJob, memory: JobMemory) -> dict[int, list[PerfSample]]:
         """Samples of every plan version measured so far, oldest first (refetched after a restart)."""
         history: dict[int, list[PerfSample]] = {}
-        for version in sorted(v for v in memory.plans if v >= memory.history_from):
+        for version in sorted(v for v in memory.plans if v >= memory.state.history_from):
             measured = memory.measured.get(version)
             if measured is None:
                 try:

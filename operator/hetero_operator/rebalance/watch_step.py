@@ -132,15 +132,14 @@ def look(
 
 
 def start(
-    state: WatchState, plan: Plan, measured: JobMeasurements, epoch: int | None, totals: Totals | None
+    state: WatchState, version: int, baseline: Mapping[int, float], epoch: int | None, totals: Totals | None
 ) -> WatchState:
-    """Watch `plan` from here: its baseline is `measured`; its window starts at `totals` (None: they
-    could not be read, and the next look starts the window)."""
-    version = plan.version
+    """Watch plan `version` from here, against `baseline` (each rank's compute per sample); its window
+    starts at `totals` (None: they could not be read, and the next look starts the window)."""
     kept = {k: v for k, v in state.totals.items() if k != version}
     return replace(
         state,
-        baselines={**state.baselines, version: per_sample_seconds(measured, plan)},
+        baselines={**state.baselines, version: dict(baseline)},
         watched_epoch=epoch if epoch is not None else -1,
         totals=kept if totals is None else {**kept, version: totals},
     )
@@ -157,8 +156,3 @@ def straddle(
         straddled=state.straddled | {plan.version},
         suspected={**state.suspected, plan.version: needed},
     )
-
-
-def rebaseline(state: WatchState, version: int, baseline: Mapping[int, float]) -> WatchState:
-    """The split is judged from here against `baseline` (one change reopens it once)."""
-    return replace(state, baselines={**state.baselines, version: dict(baseline)})
