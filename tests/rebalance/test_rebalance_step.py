@@ -13,7 +13,7 @@ from hetero_operator.plan import HetPipeParams, Plan, Strategy
 from hetero_operator.rebalance.decide import BatchPolicy, RebalanceDecision
 from hetero_operator.rebalance.measurements import JobMeasurements, WorkerMeasurement
 from hetero_operator.rebalance.settings import RebalancerTuning
-from hetero_operator.rebalance.step import Look, Origin, RebalanceState, Round, step
+from hetero_operator.rebalance.step import Look, Origin, RebalanceState, Round, Watched, step
 from hetero_operator.rebalance.watch import RankTotals, Totals
 from hetero_operator.rebalance.watch_step import Confirming, Found, WatchState, look, start, straddle
 
@@ -432,3 +432,93 @@ def test_a_step_never_changes_the_state_it_was_given() -> None:
     step(before, first(PLAN, [0.1, 0.2], origin=Origin.CHANGED, changed={1: 0.5}), TUNING)
     step(before, first(PLAN, [0.1, 0.2]), TUNING)
     assert before == kept
+
+
+# Looks of the watch, stepped: the watch's state moves on, and a window to decide on comes back as
+# the round to step on next.
+
+
+@dataclass(frozen=True)
+class WatchedCase:
+    name: str
+    before: WatchState
+    seen: Totals
+    after: WatchState
+    look: Look = Look.NOTHING
+    note: str | None = None
+    origin: Origin | None = None  # of the round found
+    window_steps: int = 0
+    changed: dict[int, float] = field(default_factory=dict)
+
+
+WATCHED_LOOKS = [
+    WatchedCase(
+        "an epoch unchanged: nothing to say",
+        WATCHED,
+        totals((140, 14.0), (140, 14.0)),
+        replace(WATCHED, totals={V: totals((140, 14.0), (140, 14.0))}, watched_epoch=5),
+    ),
+    WatchedCase(
+        "a suspect change is logged with its steps",
+        WATCHED,
+        totals((140, 14.0), (140, 14.6)),
+        replace(
+            WATCHED,
+            totals={V: totals((140, 14.0), (140, 14.6))},
+            watched_epoch=5,
+            suspected={V: Confirming(20)},
+        ),
+        note="maybe worker speeds changed: rank 1 at 0.87x its speed (40 steps)",
+    ),
+    WatchedCase(
+        "a change that began inside the confirming window is logged as such",
+        replace(WATCHED, suspected={V: Confirming(20, (MID,))}),
+        totals((120, 12.0), (120, 13.0)),
+        replace(
+            WATCHED,
+            totals={V: totals((120, 12.0), (120, 13.0))},
+            watched_epoch=5,
+            suspected={V: Confirming(20)},
+        ),
+        note="worker speeds changed: rank 1 at 0.5x its speed inside the confirming window",
+    ),
+    WatchedCase(
+        "a confirmed change: its window is the round to decide on",
+        replace(WATCHED, suspected={V: Confirming(20)}),
+        totals((120, 12.0), (120, 13.0)),
+        replace(WATCHED, totals={V: totals((120, 12.0), (120, 13.0))}, watched_epoch=5),
+        look=Look.ROUND,
+        origin=Origin.CHANGED,
+        window_steps=20,
+        changed={1: 0.1 / 0.15},
+    ),
+    WatchedCase(
+        "the steps after a straddled round: the round to judge the split on",
+        replace(WATCHED, suspected={V: Confirming(10)}, straddled=frozenset({V})),
+        totals((110, 11.0), (110, 11.0)),
+        replace(WATCHED, totals={V: totals((110, 11.0), (110, 11.0))}, watched_epoch=5),
+        look=Look.ROUND,
+        origin=Origin.AFTER_STRADDLE,
+        window_steps=10,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", WATCHED_LOOKS, ids=[c.name for c in WATCHED_LOOKS])
+def test_one_step_of_the_watch(case: WatchedCase) -> None:
+    before = replace(DECIDED, watch=case.before)
+    seen = Watched(PLAN, 5, case.seen, FIXED, plans={V: PLAN}, measurements={V: measured(V, 3, [0.1, 0.1])})
+    taken = step(before, seen, TUNING)
+    assert taken.state == replace(DECIDED, watch=case.after)
+    assert taken.look is case.look
+    assert taken.note == case.note
+    assert (taken.decision, taken.watch) == (None, None)
+    if case.origin is None:
+        assert taken.round is None
+        return
+    found = taken.round
+    assert found is not None and found.origin is case.origin
+    assert (found.plan, found.epoch, found.policy, found.history) == (PLAN, 5, FIXED, None)
+    assert [w.steps for w in found.measured.workers] == [case.window_steps] * 2
+    assert found.measurements[V] == found.measured  # a new split is confirmed against the window
+    assert dict(found.changed) == pytest.approx(case.changed)

@@ -35,9 +35,8 @@ from hetero_operator.rebalance.measurements import (
 from hetero_operator.rebalance.memory import JobMemory, due, watch_due
 from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
-from hetero_operator.rebalance.step import Look, Origin, Round, step
-from hetero_operator.rebalance.watch import Totals, describe
-from hetero_operator.rebalance.watch_step import Found
+from hetero_operator.rebalance.step import Look, Origin, Round, Watched, step
+from hetero_operator.rebalance.watch import Totals
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -109,45 +108,42 @@ class Rebalancer:
             return None
         await state.say(True, "WorkersReporting", "every worker reports metrics")
         memory.measured[plan.version] = measured
-        return await self._step(job, state, memory, Origin.FIRST, plan, measured, epoch)
+        history = await self._history(job, memory)
+        policy = batch_policy(job.spec, self._classes(job))
+        seen = Round(Origin.FIRST, plan, measured, epoch, policy, dict(memory.plans), dict(memory.measured))
+        return await self._step(job, state, memory, replace(seen, history=history))
 
     async def _step(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        memory: JobMemory,
-        origin: Origin,
-        plan: Plan,
-        measured: JobMeasurements,
-        epoch: int | None,
-        changed: Mapping[int, float] | None = None,
+        self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, seen: Round | Watched
     ) -> RebalanceDecision | None:
-        """Step the job's rebalancing on one round, fetching what the step asks for, then start the
-        watch it asks for and publish its decision."""
-        history = await self._history(job, memory) if origin is Origin.FIRST else None
-        policy = batch_policy(job.spec, self._classes(job))
-        seen = Round(origin, plan, measured, epoch, policy, changed=changed or {}, history=history)
-        seen = replace(seen, plans=dict(memory.plans), measurements=dict(memory.measured))
+        """Step the job's rebalancing, fetching what each step asks for, then start the watch the
+        last step asks for and publish its decision."""
+        plan = seen.plan
         taken = step(memory.state, seen, self.settings)
-        while taken.look is not Look.NOTHING:
-            if taken.look is Look.HISTORY:
+        while True:
+            memory.state = taken.state
+            if taken.note is not None:
+                log.info("%s/%s: %s", job.namespace, job.name, taken.note)
+            if taken.look is Look.NOTHING:
+                break
+            if taken.look is Look.ROUND and taken.round is not None:
+                seen = taken.round  # a split decided on it is confirmed against it
+                memory.measured[plan.version] = seen.measured
+            elif taken.look is Look.HISTORY and isinstance(seen, Round):
                 history = await self._history(job, memory)  # may read measurements missing so far
                 seen = replace(seen, history=history, measurements=dict(memory.measured))
-            else:
-                stage_cuts = await self._recut(job, plan, measured)
+            elif taken.look is Look.STAGE_CUTS and isinstance(seen, Round):
+                stage_cuts = await self._recut(job, plan, seen.measured)
                 if stage_cuts is None:
                     return None  # the layer costs are not all in yet: look again on the next pass
                 seen = replace(seen, stage_cuts=stage_cuts)
             taken = step(memory.state, seen, self.settings)
-        memory.state = taken.state
-        if taken.note is not None:
-            log.info("%s/%s: %s", job.namespace, job.name, taken.note)
         if taken.watch is not None:
             try:
                 totals: Totals | None = await self._fetch_totals(job, plan.version)
             except MetricsUnavailable:
                 totals = None  # the next look starts the window
-            watch = watch_step.start(memory.state.watch, plan.version, taken.watch, epoch, totals)
+            watch = watch_step.start(memory.state.watch, plan.version, taken.watch, seen.epoch, totals)
             memory.state = replace(memory.state, watch=watch)
         if taken.decision is not None:
             await self._publish(job, state.status, plan, taken.decision)
@@ -160,8 +156,7 @@ class Rebalancer:
     async def _watch(
         self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
     ) -> RebalanceDecision | None:
-        """One look at a settled split over the epochs since the last (`watch_step.look`): a
-        confirmed change, or the steps after a straddled round, are stepped on as a round."""
+        """One look at a settled split over the epochs since the last (`step.Watched`)."""
         plan = await self._current_plan(job, memory)
         if plan is None:
             return None
@@ -169,21 +164,9 @@ class Rebalancer:
             totals = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
             return None  # the outage is reported by the snapshot's pass
-        looked = watch_step.look(memory.state.watch, plan, epoch, totals, self.settings)
-        memory.state = replace(memory.state, watch=looked.state)
-        found, recent = looked.found, looked.window
-        who = f"{job.namespace}/{job.name}"
-        if found is Found.SUSPECT:
-            log.info("%s: maybe %s (%d steps)", who, describe(looked.changed), looked.steps)
-        elif found is Found.MOVED_WITHIN:
-            # The change began inside the confirming window: confirm it on the steps after it.
-            log.info("%s: %s inside the confirming window", who, describe(looked.changed))
-        elif found in (Found.STRADDLED, Found.CHANGED) and recent is not None:
-            # A split decided now is confirmed against the split as it runs now.
-            memory.measured[plan.version] = recent
-            origin = Origin.AFTER_STRADDLE if found is Found.STRADDLED else Origin.CHANGED
-            return await self._step(job, state, memory, origin, plan, recent, epoch, looked.changed)
-        return None
+        policy = batch_policy(job.spec, self._classes(job))
+        seen = Watched(plan, epoch, totals, policy, dict(memory.plans), dict(memory.measured))
+        return await self._step(job, state, memory, seen)
 
     @staticmethod
     def _classes(job: HeteroTrainJob) -> list[str]:

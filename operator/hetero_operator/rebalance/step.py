@@ -15,6 +15,10 @@ A round is one of:
 - the steps after a straddled round (the watch's confirming window): a change they show too reopens
   the split; if none, the split is judged as usual, with them as its round;
 - a confirmed change of speed seen by the watch: the split is decided anew on the newest steps alone.
+
+The watch's looks at a settled split (`Watched`: each rank's totals) step the same way: a look
+updates the watch (`watch_step.look`), and the steps after a straddled round, or a confirmed
+change, come back as the round to step on next (`Look.ROUND`).
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from hetero_operator.rebalance.history import History, record
 from hetero_operator.rebalance.measurements import JobMeasurements
 from hetero_operator.rebalance.settings import RebalancerTuning
 from hetero_operator.rebalance.watch import (
+    Totals,
     describe,
     moved_between_splits,
     per_sample_seconds,
     same_split_before,
 )
-from hetero_operator.rebalance.watch_step import WatchState, straddle
+from hetero_operator.rebalance.watch_step import Found, WatchState, look, straddle
 
 
 @dataclass(frozen=True)
@@ -75,10 +80,24 @@ class Round:
     stage_cuts: RebalanceDecision | None = None
 
 
+@dataclass(frozen=True)
+class Watched:
+    """One look at a settled split: the plan the workers run, the epoch, each rank's totals now, and
+    what a round on the window since the last look would need (as in `Round`)."""
+
+    plan: Plan
+    epoch: int | None
+    totals: Totals
+    policy: BatchPolicy
+    plans: Mapping[int, Plan] = field(default_factory=dict)
+    measurements: Mapping[int, JobMeasurements] = field(default_factory=dict)
+
+
 class Look(Enum):
     """What the step needs looked at before it can decide."""
 
     NOTHING = "nothing"
+    ROUND = "round"  # the watch found a round to decide on (`RebalanceStep.round`): step on it
     HISTORY = "history"  # the samples of every plan version measured since `history_from`
     STAGE_CUTS = "stage-cuts"  # the layer costs, recut into a HetPipe decision
 
@@ -95,10 +114,14 @@ class RebalanceStep:
     watch: Mapping[int, float] | None = None
     look: Look = Look.NOTHING
     note: str | None = None
+    round: Round | None = None  # the round the watch found (`Look.ROUND`)
 
 
-def step(state: RebalanceState, seen: Round, tuning: RebalancerTuning) -> RebalanceStep:
-    """One round of one job: the new state, the decision, and what to look at next."""
+def step(state: RebalanceState, seen: Round | Watched, tuning: RebalancerTuning) -> RebalanceStep:
+    """One step of one job, on a round or a look of the watch: the new state, the decision, and
+    what to look at next."""
+    if isinstance(seen, Watched):
+        return _watched(state, seen, tuning)
     if seen.origin is Origin.CHANGED:
         return _reopen(state, seen, seen.changed)
     if seen.origin is Origin.AFTER_STRADDLE:
@@ -133,6 +156,27 @@ def step(state: RebalanceState, seen: Round, tuning: RebalancerTuning) -> Rebala
             note=f"{describe(moved)}; judged on the steps after this round",
         )
     return _conclude(*_decide(state, seen, seen.history), seen)
+
+
+def _watched(state: RebalanceState, seen: Watched, tuning: RebalancerTuning) -> RebalanceStep:
+    """One look of the watch (`watch_step.look`); the steps after a straddled round, or a confirmed
+    change, are a round to step on next (its window measures the split as it runs now)."""
+    looked = look(state.watch, seen.plan, seen.epoch, seen.totals, tuning)
+    state = replace(state, watch=looked.state)
+    recent = looked.window
+    if looked.found is Found.SUSPECT:
+        return RebalanceStep(state, note=f"maybe {describe(looked.changed)} ({looked.steps} steps)")
+    if looked.found is Found.MOVED_WITHIN:
+        # The change began inside the confirming window: confirm it on the steps after it.
+        return RebalanceStep(state, note=f"{describe(looked.changed)} inside the confirming window")
+    if looked.found in (Found.STRADDLED, Found.CHANGED) and recent is not None:
+        origin = Origin.AFTER_STRADDLE if looked.found is Found.STRADDLED else Origin.CHANGED
+        measurements = {**seen.measurements, seen.plan.version: recent}
+        found = Round(
+            origin, seen.plan, recent, seen.epoch, seen.policy, seen.plans, measurements, looked.changed
+        )
+        return RebalanceStep(state, look=Look.ROUND, round=found)
+    return RebalanceStep(state)
 
 
 def _previous(seen: Round) -> tuple[Plan, JobMeasurements] | None:
