@@ -126,13 +126,16 @@ class Rebalancer:
                 log.info("%s/%s: %s", job.namespace, job.name, taken.note)
             if taken.look is Look.NOTHING:
                 break
-            if taken.look is Look.ROUND and taken.round is not None:
+            if taken.look is Look.ROUND:
+                assert taken.round is not None
                 seen = taken.round  # a split decided on it is confirmed against it
                 memory.measured[plan.version] = seen.measured
-            elif taken.look is Look.HISTORY and isinstance(seen, Round):
+            elif taken.look is Look.HISTORY:
+                assert isinstance(seen, Round)  # only a round asks for the history or the stage cuts
                 history = await self._history(job, memory)  # may read measurements missing so far
                 seen = replace(seen, history=history, measurements=dict(memory.measured))
-            elif taken.look is Look.STAGE_CUTS and isinstance(seen, Round):
+            else:
+                assert isinstance(seen, Round)
                 stage_cuts = await self._recut(job, plan, seen.measured)
                 if stage_cuts is None:
                     return None  # the layer costs are not all in yet: look again on the next pass
