@@ -6,17 +6,8 @@ from dataclasses import dataclass, field
 
 from hetero_operator.plan import Plan
 from hetero_operator.rebalance.measurements import JobMeasurements
-from hetero_operator.rebalance.watch import Totals
+from hetero_operator.rebalance.step import RebalanceState
 from hetero_operator.resources import HeteroTrainJob
-
-
-@dataclass
-class Confirming:
-    """The window that confirms a suspected change: the steps it needs, and the totals at the looks
-    part-way through it (a change that began inside it shows as two parts at different speeds)."""
-
-    steps: int
-    looks: list[Totals] = field(default_factory=list)
 
 
 @dataclass
@@ -25,23 +16,10 @@ class JobMemory:
 
     measured: dict[int, JobMeasurements] = field(default_factory=dict)  # by plan version
     plans: dict[int, Plan] = field(default_factory=dict)
-    last_decided_version: int = 0
-    converged: bool = False  # the last rebalance did not pay off as measured: keep the split
     prometheus_unreachable: bool = False  # the last pass could not reach Prometheus
     prometheus_back_at: float | None = None  # monotonic time Prometheus answered after an outage
-    # Watching a settled split: each rank's totals at the last look, the epoch of that look, and the
-    # compute per sample the split was decided (or last re-judged) with, by plan version.
-    totals: dict[int, Totals] = field(default_factory=dict)
-    watched_epoch: int = -1
-    baselines: dict[int, dict[int, float]] = field(default_factory=dict)
-    # A change seen in one window only: it may have begun inside it, so the next window decides (by
-    # plan version).
-    suspected: dict[int, Confirming] = field(default_factory=dict)
-    # Plan versions below this were measured before a worker changed speed: no model is fitted to them.
-    history_from: int = 0
-    # Plan versions whose round showed a worker's speed moved since the round before: the change may
-    # have begun inside the round, so the steps after it are waited for and the split decided on them.
-    straddled: set[int] = field(default_factory=set)
+    # What was decided so far, and the watch over a settled split: frozen, replaced by each step.
+    state: RebalanceState = field(default_factory=RebalanceState)
 
 
 def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
@@ -54,17 +32,17 @@ def due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
     # out of the metrics (which is no fault of theirs).
     if job.spec.epochs and epoch + 1 >= job.spec.epochs:
         return False
-    return plan.version > memory.last_decided_version
+    return plan.version > memory.state.last_decided_version
 
 
 def watch_due(job: HeteroTrainJob, epoch: int | None, memory: JobMemory) -> bool:
     """Has the job run `everyEpochs` more since the last look at a plan already decided on (or is a
     change seen at the last look waiting to be confirmed), with an epoch boundary still ahead?"""
     plan = job.status.plan if job.status is not None else None
-    if plan is None or epoch is None or plan.version != memory.last_decided_version:
+    if plan is None or epoch is None or plan.version != memory.state.last_decided_version:
         return False
     if job.spec.epochs and epoch + 1 >= job.spec.epochs:
         return False
-    if plan.version in memory.suspected:
+    if plan.version in memory.state.watch.suspected:
         return True  # looked at every pass until the confirming window has its steps
-    return epoch >= memory.watched_epoch + job.spec.rebalance.every_epochs
+    return epoch >= memory.state.watch.watched_epoch + job.spec.rebalance.every_epochs

@@ -17,17 +17,11 @@ from hetero_operator.controller import launcher, names
 from hetero_operator.controller.clock import Clock
 from hetero_operator.controller.events import job_event
 from hetero_operator.controller.k8s import path_of
-from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan, Strategy
+from hetero_operator.plan import PLAN_CONFIGMAP_KEY, Plan
 from hetero_operator.planner import PerfSample
-from hetero_operator.rebalance import promql
+from hetero_operator.rebalance import promql, watch_step
 from hetero_operator.rebalance.catalog_writes import record_published
-from hetero_operator.rebalance.decide import (
-    RebalanceDecision,
-    batch_policy,
-    confirm,
-    decide,
-    measured_iteration_seconds,
-)
+from hetero_operator.rebalance.decide import RebalanceDecision, batch_policy, measured_iteration_seconds
 from hetero_operator.rebalance.history import record
 from hetero_operator.rebalance.job_metrics import MetricsSnapshot
 from hetero_operator.rebalance.job_status import MetricsState, published_status, said_unavailable
@@ -38,21 +32,11 @@ from hetero_operator.rebalance.measurements import (
     NotEnoughSamples,
     check,
 )
-from hetero_operator.rebalance.memory import Confirming, JobMemory, due, watch_due
+from hetero_operator.rebalance.memory import JobMemory, due, watch_due
 from hetero_operator.rebalance.settings import RebalancerSettings
 from hetero_operator.rebalance.stage_cuts import LayerCostsMissing, recut
-from hetero_operator.rebalance.watch import (
-    SUSPECT_CHANGE,
-    Totals,
-    changed_speeds,
-    confirming_steps,
-    describe,
-    moved_between_splits,
-    moved_within,
-    per_sample_seconds,
-    same_split_before,
-    window,
-)
+from hetero_operator.rebalance.step import Look, Origin, Round, Watched, step
+from hetero_operator.rebalance.watch import Totals
 from hetero_operator.resources import HeteroTrainJob, HeteroTrainJobStatus
 
 log = logging.getLogger("heterotrain.rebalancer")
@@ -125,70 +109,48 @@ class Rebalancer:
         await state.say(True, "WorkersReporting", "every worker reports metrics")
         memory.measured[plan.version] = measured
         history = await self._history(job, memory)
-        if memory.converged:  # the split went back to one that measured better: keep it, and watch it
-            memory.last_decided_version = plan.version
-            await self._start_watching(job, plan, measured, memory, epoch)
-            # Watched against its speeds when it last ran: it may have measured worse than this split
-            # because a worker's speed changed in between (a round that may straddle that change is
-            # no baseline; the watch's own windows judge it).
-            if (earlier := same_split_before(memory.plans, memory.measured, plan)) is not None:
-                memory.baselines[plan.version] = per_sample_seconds(earlier[1], earlier[0])
-            return None
-        if plan.strategy is Strategy.HETPIPE:
-            decision = await self._recut(job, plan, measured)
-            if decision is None:
-                return None  # the layer costs are not all in yet: look again on the next pass
-        elif moved := self._moved(job, plan, measured, memory):
-            await self._straddled(job, plan, measured, moved, memory, epoch)
-            return None
-        else:
-            decision = self._decide(job, plan, measured, history, memory)
-        return await self._conclude(job, state, plan, measured, decision, memory, epoch)
+        policy = batch_policy(job.spec, self._classes(job))
+        seen = Round(Origin.FIRST, plan, measured, epoch, policy, dict(memory.plans), dict(memory.measured))
+        return await self._step(job, state, memory, replace(seen, history=history))
 
-    async def _conclude(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        plan: Plan,
-        measured: JobMeasurements,
-        decision: RebalanceDecision,
-        memory: JobMemory,
-        epoch: int | None,
-    ) -> RebalanceDecision:
-        memory.last_decided_version = plan.version
-        if decision.plan is None:  # the split stays: watch it from here
-            await self._start_watching(job, plan, measured, memory, epoch)
-        await self._publish(job, state.status, plan, decision)
-        return decision
-
-    async def _straddled(
-        self,
-        job: HeteroTrainJob,
-        plan: Plan,
-        measured: JobMeasurements,
-        moved: dict[int, float],
-        memory: JobMemory,
-        epoch: int | None,
-    ) -> None:
-        """A worker's speed moved since the last round, maybe inside this one: no split is decided on
-        it; the watch waits for the steps after this look and decides on them alone."""
-        log.info("%s/%s: %s; judged on the steps after this round", job.namespace, job.name, describe(moved))
-        memory.last_decided_version = plan.version
-        memory.straddled.add(plan.version)
-        memory.suspected[plan.version] = Confirming(
-            confirming_steps(measured, self.settings.min_confirming_steps)
-        )
-        await self._start_watching(job, plan, measured, memory, epoch)
-
-    async def _start_watching(
-        self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory, epoch: int | None
-    ) -> None:
-        memory.baselines[plan.version] = per_sample_seconds(measured, plan)
-        memory.watched_epoch = epoch if epoch is not None else -1
-        try:
-            memory.totals[plan.version] = await self._fetch_totals(job, plan.version)
-        except MetricsUnavailable:
-            memory.totals.pop(plan.version, None)  # the next look starts the window
+    async def _step(
+        self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, seen: Round | Watched
+    ) -> RebalanceDecision | None:
+        """Step the job's rebalancing, fetching what each step asks for, then start the watch the
+        last step asks for and publish its decision."""
+        plan = seen.plan
+        taken = step(memory.state, seen, self.settings)
+        while True:
+            memory.state = taken.state
+            if taken.note is not None:
+                log.info("%s/%s: %s", job.namespace, job.name, taken.note)
+            if taken.look is Look.NOTHING:
+                break
+            if taken.look is Look.ROUND:
+                assert taken.round is not None
+                seen = taken.round  # a split decided on it is confirmed against it
+                memory.measured[plan.version] = seen.measured
+            elif taken.look is Look.HISTORY:
+                assert isinstance(seen, Round)  # only a round asks for the history or the stage cuts
+                history = await self._history(job, memory)  # may read measurements missing so far
+                seen = replace(seen, history=history, measurements=dict(memory.measured))
+            else:
+                assert isinstance(seen, Round)
+                stage_cuts = await self._recut(job, plan, seen.measured)
+                if stage_cuts is None:
+                    return None  # the layer costs are not all in yet: look again on the next pass
+                seen = replace(seen, stage_cuts=stage_cuts)
+            taken = step(memory.state, seen, self.settings)
+        if taken.watch is not None:
+            try:
+                totals: Totals | None = await self._fetch_totals(job, plan.version)
+            except MetricsUnavailable:
+                totals = None  # the next look starts the window
+            watch = watch_step.start(memory.state.watch, plan.version, taken.watch, seen.epoch, totals)
+            memory.state = replace(memory.state, watch=watch)
+        if taken.decision is not None:
+            await self._publish(job, state.status, plan, taken.decision)
+        return taken.decision
 
     async def _fetch_totals(self, job: HeteroTrainJob, version: int) -> Totals:
         url = self.settings.prometheus_url
@@ -197,9 +159,7 @@ class Rebalancer:
     async def _watch(
         self, job: HeteroTrainJob, state: MetricsState, memory: JobMemory, epoch: int | None
     ) -> RebalanceDecision | None:
-        """One look at a settled split over the epochs since the last: a worker whose speed changed in
-        that window and again in the steps after it (the first window may have begun before the
-        change) reopens the decision, judged on the second window alone."""
+        """One look at a settled split over the epochs since the last (`step.Watched`)."""
         plan = await self._current_plan(job, memory)
         if plan is None:
             return None
@@ -207,82 +167,9 @@ class Rebalancer:
             totals = await self._fetch_totals(job, plan.version)
         except MetricsUnavailable:
             return None  # the outage is reported by the snapshot's pass
-        before = memory.totals.get(plan.version)
-        recent = window(before, totals, plan.version, epoch) if before is not None else None
-        confirming = memory.suspected.get(plan.version)
-        steps = min(w.steps for w in recent.workers) if recent is not None else 0
-        if confirming is not None and steps < confirming.steps:
-            confirming.looks.append(totals)
-            return None  # the confirming window goes on from the same look
-        memory.totals[plan.version] = totals
-        memory.watched_epoch = epoch if epoch is not None else memory.watched_epoch
-        if recent is None or steps < self.settings.min_steps:
-            return None
-        speeds = per_sample_seconds(recent, plan)
-        baseline = memory.baselines.get(plan.version, {})
-        if confirming is None:
-            if suspect := changed_speeds(baseline, speeds, SUSPECT_CHANGE):
-                needed = confirming_steps(recent, self.settings.min_confirming_steps)
-                memory.suspected[plan.version] = Confirming(needed)
-                log.info("%s/%s: maybe %s (%d steps)", job.namespace, job.name, describe(suspect), steps)
-            return None
-        if before is not None and (
-            moved := moved_within(before, confirming.looks, totals, plan, self.settings.min_steps)
-        ):
-            # The change began inside the confirming window: confirm it on the steps after it.
-            log.info("%s/%s: %s inside the confirming window", job.namespace, job.name, describe(moved))
-            memory.suspected[plan.version] = Confirming(confirming.steps)
-            return None
-        memory.suspected.pop(plan.version, None)
-        if plan.version in memory.straddled:
-            memory.straddled.discard(plan.version)
-            return await self._after_straddle(job, state, plan, recent, memory, epoch)
-        changed = changed_speeds(baseline, speeds)
-        return await self._reopen(job, state, plan, recent, changed, epoch, memory) if changed else None
-
-    async def _after_straddle(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        plan: Plan,
-        recent: JobMeasurements,
-        memory: JobMemory,
-        epoch: int | None,
-    ) -> RebalanceDecision:
-        """The steps after a round that showed a worker's speed moved: if they show it too, the split
-        is decided anew on them; if not, the round only seemed moved, and the split is judged as
-        usual, with these steps as its round."""
-        changed = self._moved(job, plan, recent, memory)
-        if changed:
-            return await self._reopen(job, state, plan, recent, changed, epoch, memory)
-        memory.measured[plan.version] = recent
-        history = await self._history(job, memory)
-        decision = self._decide(job, plan, recent, history, memory)
-        return await self._conclude(job, state, plan, recent, decision, memory, epoch)
-
-    async def _reopen(
-        self,
-        job: HeteroTrainJob,
-        state: MetricsState,
-        plan: Plan,
-        recent: JobMeasurements,
-        changed: dict[int, float],
-        epoch: int | None,
-        memory: JobMemory,
-    ) -> RebalanceDecision:
-        """A settled split whose workers changed speed: decide again, on the newest round alone."""
-        log.info("%s/%s: %s", job.namespace, job.name, describe(changed))
-        memory.converged = False
-        memory.history_from = plan.version
-        memory.measured[plan.version] = recent  # a new split is confirmed against the split as it runs now
         policy = batch_policy(job.spec, self._classes(job))
-        decision = decide(plan, record({}, recent, plan), policy, recent, (epoch or 0) + 1)
-        decision = replace(decision, reason=f"{describe(changed)}; {decision.reason}")
-        if decision.plan is not None:
-            memory.last_decided_version = plan.version
-        memory.baselines[plan.version] = per_sample_seconds(recent, plan)  # one change reopens it once
-        await self._publish(job, state.status, plan, decision)
-        return decision
+        seen = Watched(plan, epoch, totals, policy, dict(memory.plans), dict(memory.measured))
+        return await self._step(job, state, memory, seen)
 
     @staticmethod
     def _classes(job: HeteroTrainJob) -> list[str]:
@@ -315,39 +202,6 @@ class Rebalancer:
             return False
         return True
 
-    @staticmethod
-    def _moved(
-        job: HeteroTrainJob, plan: Plan, measured: JobMeasurements, memory: JobMemory
-    ) -> dict[int, float]:
-        """Ranks whose speed moved between the last split's round and this one's (fixed splits only:
-        an adaptive batch's rounds are compared by the policy itself)."""
-        previous = memory.plans.get(plan.version - 1)
-        previous_measured = memory.measured.get(plan.version - 1)
-        if previous is None or previous_measured is None:
-            return {}
-        if batch_policy(job.spec, Rebalancer._classes(job)).adaptive:
-            return {}
-        return moved_between_splits(previous, previous_measured, plan, measured)
-
-    def _decide(
-        self,
-        job: HeteroTrainJob,
-        plan: Plan,
-        measured: JobMeasurements,
-        history: dict[int, list[PerfSample]],
-        memory: JobMemory,
-    ) -> RebalanceDecision:
-        policy = batch_policy(job.spec, self._classes(job))
-        apply_at = (measured.epoch or 0) + 1
-        previous = memory.plans.get(plan.version - 1)
-        previous_measured = memory.measured.get(plan.version - 1)
-        if previous is not None and previous_measured is not None and not policy.adaptive:
-            verdict = confirm(plan, measured, previous, previous_measured, policy.min_improvement, apply_at)
-            memory.converged = verdict is not None
-            if verdict is not None:
-                return verdict
-        return decide(plan, history, policy, measured, apply_at)
-
     async def _recut(
         self, job: HeteroTrainJob, plan: Plan, measured: JobMeasurements
     ) -> RebalanceDecision | None:
@@ -369,7 +223,7 @@ class Rebalancer:
     async def _history(self, job: HeteroTrainJob, memory: JobMemory) -> dict[int, list[PerfSample]]:
         """Samples of every plan version measured so far, oldest first (refetched after a restart)."""
         history: dict[int, list[PerfSample]] = {}
-        for version in sorted(v for v in memory.plans if v >= memory.history_from):
+        for version in sorted(v for v in memory.plans if v >= memory.state.history_from):
             measured = memory.measured.get(version)
             if measured is None:
                 try:
