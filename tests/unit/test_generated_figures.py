@@ -46,3 +46,9 @@ def test_the_real_trace_section_is_the_artifact_rendered() -> None:
     gavel_trace = bench_module("gavel_trace")
     artifact = json.loads(gavel_trace.ARTIFACT.read_text())
     assert section(gavel_trace.SECTION) == gavel_trace.report(artifact)
+
+
+def test_the_lower_bound_section_is_the_artifact_rendered() -> None:
+    scheduling_bound = bench_module("scheduling_bound")
+    artifact = json.loads(scheduling_bound.ARTIFACT.read_text())
+    assert section(scheduling_bound.SECTION) == scheduling_bound.report(artifact)
