@@ -3,6 +3,7 @@ HETEROTRAIN_START_LOG naming a file, every interpreter that starts appends a lin
 to it (warm starts are logged by the warm server, test-bed boots by the test bed). Then it runs the
 sitecustomize it stands in front of, if there is one."""
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
