@@ -16,16 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks_md import publish, rendered_from_json, section_arguments
+from hetero_operator.simulator.lower_bound import share_closed
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Scheduling: a real trace"
 ARTIFACT = ROOT / "bench" / "results" / "gavel_trace_sim.json"
 POLICIES = ("fifo", "fifo-backfill", "greedy-fastest", "gavel", "heterotrain")
 REAL_TRACE_CLOSED_TARGET = 0.4  # of greedy-fastest's distance to the bound, on real traces
-
-
-def closed(greedy: float, policy: float, bound: float) -> float:
-    return (greedy - policy) / (greedy - bound)
 
 
 def percent(share: float) -> str:
@@ -46,7 +43,7 @@ def _table(part: dict[str, Any], label: str) -> list[str]:
     for policy in POLICIES:
         seen, known = measured[policy], oracle[policy]
         shares = [
-            closed(runs["greedy-fastest"]["avg_jct"], runs[policy]["avg_jct"], bound)
+            share_closed(runs["greedy-fastest"]["avg_jct"], runs[policy]["avg_jct"], bound)
             for runs in (measured, oracle)
         ]
         lines.append(
@@ -61,7 +58,7 @@ def report(document: dict[str, Any]) -> str:
     whole, prefix = document, document["prefix_200"]
     measured = whole["results"]["measured"]["policies"]
     best = min(POLICIES, key=lambda p: measured[p]["avg_jct"])
-    share = closed(
+    share = share_closed(
         measured["greedy-fastest"]["avg_jct"],
         measured["heterotrain"]["avg_jct"],
         whole["lower_bound"]["avg_jct"],

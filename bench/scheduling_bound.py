@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks_md import publish, rendered_from_json, section_arguments
 from hetero_operator.simulator.cluster import load_cluster
 from hetero_operator.simulator.engine import simulate
-from hetero_operator.simulator.lower_bound import lower_bound
+from hetero_operator.simulator.lower_bound import lower_bound, share_closed
 from hetero_operator.simulator.policies import make_policy
 from hetero_operator.simulator.trace import generate_trace
 from knowledge_modes import MEASURED, MODES, ORACLE, options
@@ -57,11 +57,6 @@ def run_seed(scenario: Scenario, seed: int) -> dict[str, Any]:
     return {"seed": seed, "jobs": len(trace), "avg_jct": averages, "lp_seconds": found.solve_s}
 
 
-def closed_share(greedy: float, heterotrain: float, bound: float) -> float:
-    """The share of greedy-fastest's distance to the bound that heterotrain closes."""
-    return (greedy - heterotrain) / (greedy - bound) if greedy > bound else float("nan")
-
-
 def summarise(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Seed means of each average; each policy over the bound; the share heterotrain closes."""
     keys = runs[0]["avg_jct"]
@@ -74,10 +69,10 @@ def summarise(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds": runs,
         "avg_jct": mean,
         "over_bound": over,
-        "closed": closed_share(mean["greedy-fastest"], mean["heterotrain"], mean["bound"]),
-        "closed_oracle": closed_share(mean[oracle[0]], mean[oracle[1]], mean["bound"]),
+        "closed": share_closed(mean["greedy-fastest"], mean["heterotrain"], mean["bound"]),
+        "closed_oracle": share_closed(mean[oracle[0]], mean[oracle[1]], mean["bound"]),
         "closed_per_seed": [
-            closed_share(r["avg_jct"]["greedy-fastest"], r["avg_jct"]["heterotrain"], r["avg_jct"]["bound"])
+            share_closed(r["avg_jct"]["greedy-fastest"], r["avg_jct"]["heterotrain"], r["avg_jct"]["bound"])
             for r in runs
         ],
     }

@@ -28,6 +28,7 @@ from hetero_operator.simulator.lower_bound import (
     bound_job,
     lower_bound,
     lower_bound_of_jobs,
+    share_closed,
 )
 from hetero_operator.simulator.rate_bounds import job_rate_bounds
 from hetero_operator.simulator.rates import allocation_rate, data_parallel_rate
@@ -267,3 +268,9 @@ def test_simulate_with_bound_puts_every_policy_at_or_above_it() -> None:
         assert summary["avg_jct_over_bound"] >= 1.0
     plain = json.loads(CliRunner().invoke(app, [*args, "--policy", "fifo"]).stdout)
     assert "lower_bound" not in plain and "avg_jct_over_bound" not in plain["results"][0]
+
+
+def test_share_closed_is_the_part_of_the_baselines_distance_to_the_bound() -> None:
+    assert share_closed(10.0, 7.0, 4.0) == 0.5  # 3 of the baseline's 6 above the bound
+    assert share_closed(10.0, 12.0, 4.0) == pytest.approx(-1 / 3)  # worse than the baseline
+    assert math.isnan(share_closed(4.0, 4.0, 4.0))

@@ -53,7 +53,21 @@ from hetero_operator.simulator.jobs import JobSetupError, SimJob, build_job
 from hetero_operator.simulator.rate_bounds import job_rate_bounds
 from hetero_operator.simulator.trace import TraceJob
 
-__all__ = ["BoundError", "BoundJob", "LowerBound", "bound_job", "lower_bound", "lower_bound_of_jobs"]
+__all__ = [
+    "BoundError",
+    "BoundJob",
+    "LowerBound",
+    "bound_job",
+    "lower_bound",
+    "lower_bound_of_jobs",
+    "share_closed",
+]
+
+
+def share_closed(baseline: float, policy: float, bound: float) -> float:
+    """The share of `baseline`'s distance to the bound that `policy` closes (average JCTs); NaN
+    where the baseline is already at the bound."""
+    return (baseline - policy) / (baseline - bound) if baseline > bound else float("nan")
 
 
 def _ways_to_run(row: TraceJob, cluster: Cluster, prior: PriorModel) -> list[SimJob]:
